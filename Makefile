@@ -1,0 +1,33 @@
+# `make test` and `make reproduce` install what is missing into .venv first.
+VENV   ?= .venv
+PY     := $(VENV)/bin/python
+NTK    := $(VENV)/bin/ntk
+STAMP  := $(VENV)/.installed
+PIP    := $(PY) -m pip install --quiet --disable-pip-version-check -c constraints.txt
+
+.PHONY: install test reproduce reproduce-paper bench clean
+
+install: $(STAMP)
+
+$(STAMP): pyproject.toml constraints.txt
+	test -x $(PY) || python3 -m venv $(VENV)
+	$(PIP) "torch==2.13.0"
+	$(PIP) -e ".[dev]"
+	touch $(STAMP)
+
+test: install
+	HF_HUB_OFFLINE=1 $(PY) -m pytest
+
+# Every experiment at its CPU scale; a re-run resumes and skips finished points.
+reproduce: install
+	$(NTK) approx-error recipes/approx_error.yaml
+
+# The papers' scales, for a GPU machine.
+reproduce-paper: install
+	$(NTK) approx-error recipes/paper/approx_error.yaml
+
+bench: install
+	$(NTK) bench
+
+clean:
+	find outputs -mindepth 1 ! -name .gitkeep -exec rm -rf {} +

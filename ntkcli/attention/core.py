@@ -1,0 +1,136 @@
+"""Softmax attention that also returns its row log-sum-exp, and NTK-Attention (Algorithm 1) built on it.
+
+Everything here works in log space: an attention row is carried as (mean, lse), where mean is the
+softmax-weighted average of the values and lse = log Σ_j exp(s·q·k_j). Two such pairs over disjoint
+key sets merge exactly (`merge`), and NTK-Attention is the merge of the input's pair with the
+compressed prefix φ(q)Z / φ(q)k, so no score is ever exponentiated un-shifted.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+from torch import Tensor
+
+from .features import FeatureMap, elu
+
+NEG_INF = float("-inf")
+
+
+def additive_mask(attn_mask: Tensor | None, dtype: torch.dtype) -> Tensor | None:
+    """A boolean keep-mask (True = attend, as in SDPA) or an additive float mask, as an additive mask."""
+    if attn_mask is None or attn_mask.dtype != torch.bool:
+        return None if attn_mask is None else attn_mask.to(dtype)
+    return torch.zeros(attn_mask.shape, dtype=dtype, device=attn_mask.device).masked_fill(~attn_mask, NEG_INF)
+
+
+def _work_dtype(dtype: torch.dtype) -> torch.dtype:
+    """Half inputs are combined in float32; float32/float64 stay as they are."""
+    return torch.float32 if dtype in (torch.float16, torch.bfloat16) else dtype
+
+
+def _scores(q: Tensor, k: Tensor, scale: float, mask: Tensor | None, is_causal: bool) -> Tensor:
+    s = (q @ k.transpose(-1, -2)) * scale
+    if is_causal:
+        L, S = s.shape[-2:]
+        s = s.masked_fill(torch.ones(L, S, dtype=torch.bool, device=s.device).triu(S - L + 1), NEG_INF)
+    return s if mask is None else s + mask
+
+
+def _softmax_weights(s: Tensor, lse: Tensor) -> Tensor:
+    """exp(s - lse), with rows that see no key (lse = -inf) set to zero instead of NaN."""
+    return torch.exp(s - lse.masked_fill(lse == NEG_INF, 0.0).unsqueeze(-1))
+
+
+def _fused_ok(q: Tensor, k: Tensor, v: Tensor) -> bool:
+    return q.device.type == "cpu" and q.shape[-1] == k.shape[-1] == v.shape[-1] and q.dtype == k.dtype == v.dtype
+
+
+def _attention_lse_forward(q, k, v, mask, scale, is_causal):
+    if _fused_ok(q, k, v):
+        out, lse = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu(
+            q, k, v, is_causal=is_causal, attn_mask=mask, scale=scale)
+        if mask is not None:  # the kernel reports lse = 0 for a row with every key masked
+            lse = lse.masked_fill((mask == NEG_INF).all(-1).expand_as(lse), NEG_INF)
+        return out, lse
+    s = _scores(q.to(_work_dtype(q.dtype)), k.to(_work_dtype(q.dtype)), scale, mask, is_causal)
+    lse = torch.logsumexp(s, dim=-1)
+    return (_softmax_weights(s, lse) @ v.to(s.dtype)).to(v.dtype), lse
+
+
+class _AttentionLSE(torch.autograd.Function):
+    """(softmax(s·QKᵀ + M)·V, logsumexp(s·QKᵀ + M)) with gradients through both outputs.
+
+    The forward uses PyTorch's fused CPU flash kernel where it applies (it returns the lse but does
+    not differentiate it); the backward recomputes the probabilities P and uses
+    dS = P ∘ (dO·Vᵀ − rowsum(dO ∘ O) + d_lse), which covers both outputs at once.
+    """
+
+    @staticmethod
+    def forward(ctx, q, k, v, mask, scale, is_causal):
+        out, lse = _attention_lse_forward(q, k, v, mask, scale, is_causal)
+        ctx.save_for_backward(q, k, v, mask, out, lse)
+        ctx.scale, ctx.is_causal = scale, is_causal
+        return out, lse
+
+    @staticmethod
+    def backward(ctx, g_out, g_lse):
+        q0, k0, v0, mask, out, lse = ctx.saved_tensors
+        wd = _work_dtype(q0.dtype)
+        q, k, v, out, g_out, g_lse = (t.to(wd) for t in (q0, k0, v0, out, g_out, g_lse))
+        p = _softmax_weights(_scores(q, k, ctx.scale, mask, ctx.is_causal), lse.to(wd))
+        ds = p * (g_out @ v.transpose(-1, -2) - (g_out * out).sum(-1, keepdim=True) + g_lse.unsqueeze(-1))
+        dq = (ds @ k) * ctx.scale
+        dk = (ds.transpose(-1, -2) @ q) * ctx.scale
+        dv = p.transpose(-1, -2) @ g_out
+        return dq.to(q0.dtype), dk.to(k0.dtype), dv.to(v0.dtype), None, None, None
+
+
+def attention_lse(q: Tensor, k: Tensor, v: Tensor, *, scale: float | None = None,
+                  attn_mask: Tensor | None = None, is_causal: bool = False) -> tuple[Tensor, Tensor]:
+    """Softmax attention of q over (k, v) as (mean [..., L, dv], lse [..., L]); lse is float32 or wider."""
+    scale = q.shape[-1] ** -0.5 if scale is None else scale
+    mask = additive_mask(attn_mask, _work_dtype(q.dtype) if not _fused_ok(q, k, v) else q.dtype)
+    if torch.is_grad_enabled() and (q.requires_grad or k.requires_grad or v.requires_grad):
+        return _AttentionLSE.apply(q, k, v, mask, scale, is_causal)
+    return _attention_lse_forward(q, k, v, mask, scale, is_causal)
+
+
+def merge(mean1: Tensor, lse1: Tensor, mean2: Tensor, lse2: Tensor) -> tuple[Tensor, Tensor]:
+    """Softmax attention over the union of two disjoint key sets, from each set's (mean, lse)."""
+    lse = torch.logaddexp(lse1, lse2)
+    safe = lse.masked_fill(lse == NEG_INF, 0.0)
+    w1, w2 = torch.exp(lse1 - safe).unsqueeze(-1), torch.exp(lse2 - safe).unsqueeze(-1)
+    return w1 * mean1 + w2 * mean2, lse
+
+
+def ntk_combine(mean: Tensor, lse: Tensor, f: Tensor, c: Tensor, Z: Tensor, kvec: Tensor,
+                log_scale: Tensor | float = 0.0) -> Tensor:
+    """Lines 6–7 of Algorithm 1 given the input attention as (mean, lse) and φ(Q) = exp(c)·f:
+    T = (e^lse·mean + e^g·f Z) / (e^lse + e^g·f k), g = c + log_scale, shifted by max(lse, g)."""
+    wd = _work_dtype(mean.dtype)
+    f, Z, kvec = f.to(wd), Z.to(wd), kvec.to(wd)
+    log_scale = torch.as_tensor(log_scale, dtype=wd, device=f.device)
+    g = c.to(wd) + (log_scale.unsqueeze(-1) if log_scale.ndim else log_scale)
+    top = torch.maximum(lse.to(wd), g)
+    alpha, beta = torch.exp(lse.to(wd) - top), torch.exp(g - top)
+    den = alpha + beta * (f @ kvec.unsqueeze(-1)).squeeze(-1)
+    # T = (alpha·mean + beta·φ(Q)Z) / den, per-row factors first: two passes over [.., L, dv]
+    return torch.addcmul((alpha / den).unsqueeze(-1) * mean.to(wd), f @ Z, (beta / den).unsqueeze(-1)).to(mean.dtype)
+
+
+def ntk_attention(q: Tensor, k: Tensor, v: Tensor, Z: Tensor, kvec: Tensor, *,
+                  feature_map: FeatureMap = elu, scale: float | None = None,
+                  attn_mask: Tensor | None = None, is_causal: bool = False,
+                  log_scale: Tensor | float = 0.0) -> Tensor:
+    """Algorithm 1: T = D⁻¹(A·V + φ(Q)Z), D = diag(A·1 + φ(Q)k), A = exp(s·QKᵀ) ∘ M, in log space.
+
+    q, k, v: [B, H, L, d] (k, v may have another length); Z: [H, dφ, dv]; kvec: [H, dφ];
+    φ is applied to √s·q, so that φ(√s q)·φ(√s k) ≈ exp(s q·k) for the exp-approximating maps;
+    log_scale ([H] or scalar) multiplies Z and k by exp(log_scale) without overflow.
+    """
+    scale = q.shape[-1] ** -0.5 if scale is None else scale
+    mean, lse = attention_lse(q, k, v, scale=scale, attn_mask=attn_mask, is_causal=is_causal)
+    f, c = feature_map(q.to(_work_dtype(q.dtype)) * math.sqrt(scale))
+    return ntk_combine(mean, lse, f, c, Z, kvec, log_scale)

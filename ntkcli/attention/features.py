@@ -1,0 +1,75 @@
+"""Feature maps φ for NTK-Attention, each returning φ(x) as (f, c) with φ(x) = exp(c)[..., None] · f.
+
+The exponent c lets positive random features (whose raw values overflow for large inputs) stay
+finite; maps that need no such shift return c = 0. Inputs are already multiplied by √s, so the
+exp-approximating maps satisfy φ(√s q)·φ(√s k) ≈ exp(s q·k) (Eq. 3).
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Callable
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor
+
+FeatureMap = Callable[[Tensor], tuple[Tensor, Tensor]]
+FEATURE_MAPS = ("elu", "taylor2", "favor", "identity")
+
+
+def _no_shift(x: Tensor) -> Tensor:
+    return x.new_zeros(x.shape[:-1])
+
+
+def identity(x: Tensor) -> tuple[Tensor, Tensor]:
+    """φ(x) = x."""
+    return x, _no_shift(x)
+
+
+def elu(x: Tensor) -> tuple[Tensor, Tensor]:
+    """φ(x) = ELU(x) + 1, the paper's released code (its ELU(x/d^¼) + 1 is this map at s = 1/√d)."""
+    return F.elu(x).add_(1.0), _no_shift(x)
+
+
+def taylor2(x: Tensor) -> tuple[Tensor, Tensor]:
+    """Second-order Taylor features: φ(x)·φ(y) = 1 + x·y + (x·y)²/2, dimension 1 + d + d(d+1)/2."""
+    d = x.shape[-1]
+    i, j = torch.triu_indices(d, d, device=x.device)
+    weight = torch.where(i == j, 1.0 / math.sqrt(2.0), 1.0).to(x.dtype)
+    quad = x[..., i] * x[..., j] * weight
+    return torch.cat([torch.ones_like(x[..., :1]), x, quad], dim=-1), _no_shift(x)
+
+
+class Favor:
+    """Positive orthogonal random features (Performer FAVOR+): φ(x)_i = exp(ω_i·x − ‖x‖²/2)/√r.
+
+    E_ω[φ(x)·φ(y)] = exp(x·y) for every ω_i ~ N(0, I); orthogonal blocks keep that marginal and
+    lower the variance. Returned as (exp(log φ − c), c) with c the row maximum of log φ.
+    """
+
+    def __init__(self, dim: int, num_features: int, seed: int = 0):
+        gen = torch.Generator().manual_seed(seed)
+        blocks = []
+        for _ in range(math.ceil(num_features / dim)):
+            q, r = torch.linalg.qr(torch.randn(dim, dim, generator=gen, dtype=torch.float64))
+            blocks.append((q * torch.sign(r.diagonal())).T)  # sign fix: Haar-distributed rows
+        norms = torch.randn(num_features, dim, generator=gen, dtype=torch.float64).norm(dim=-1, keepdim=True)
+        self.omega = torch.cat(blocks)[:num_features] * norms  # [r, d]
+
+    def __call__(self, x: Tensor) -> tuple[Tensor, Tensor]:
+        omega = self.omega.to(dtype=x.dtype, device=x.device)
+        r = omega.shape[0]
+        logits = x @ omega.T - 0.5 * (x * x).sum(-1, keepdim=True) - 0.5 * math.log(r)
+        c = logits.amax(dim=-1)
+        return torch.exp(logits - c.unsqueeze(-1)), c
+
+
+def feature_map(name: str, dim: int, num_features: int = 256, seed: int = 0) -> FeatureMap:
+    """The feature map called `name` for inputs of dimension `dim`."""
+    if name == "favor":
+        return Favor(dim, num_features, seed)
+    maps = {"elu": elu, "taylor2": taylor2, "identity": identity}
+    if name not in maps:
+        raise ValueError(f"unknown feature map {name!r}; choose one of {', '.join(FEATURE_MAPS)}")
+    return maps[name]

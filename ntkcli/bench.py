@@ -1,0 +1,114 @@
+"""Speed and memory of the attention kernels (§4.3's complexity claims), as ratios measured in one run.
+
+Timings are medians over repeats after a warm-up, in inference mode. Peak memory on CPU is the rise
+of the process's maximum resident set while one case runs, each case in a fresh spawned process so
+that earlier cases do not hide it; on CUDA it is torch.cuda.max_memory_allocated.
+"""
+
+from __future__ import annotations
+
+import multiprocessing as mp
+import resource
+import statistics
+import tempfile
+import time
+from pathlib import Path
+from typing import Callable
+
+import pandas as pd
+import torch
+import torch.nn.functional as F
+
+from .attention import ntk_attention
+
+
+def median_seconds(*fns: Callable[[], object], repeats: int = 7, warmup: int = 2) -> list[float]:
+    """Median wall time of each function, timed in interleaved rounds so drift hits all alike."""
+    for _ in range(warmup):
+        for fn in fns:
+            fn()
+    times: list[list[float]] = [[] for _ in fns]
+    for _ in range(repeats):
+        for fn, bucket in zip(fns, times):
+            t0 = time.perf_counter()
+            fn()
+            bucket.append(time.perf_counter() - t0)
+    return [statistics.median(t) for t in times]
+
+
+def _inputs(B: int, H: int, L: int, d: int, device: str, seed: int = 0):
+    g = torch.Generator().manual_seed(seed)
+    q, k, v = (torch.randn(B, H, L, d, generator=g).to(device) for _ in range(3))
+    Z, kvec = torch.randn(H, d, d, generator=g).to(device) * 0.01, torch.rand(H, d, generator=g).to(device)
+    return q, k, v, Z, kvec
+
+
+def forward_vs_sdpa(shapes: list[tuple[int, int, int, int]], device: str = "cpu") -> pd.DataFrame:
+    """ntk_attention's forward against SDPA with no prefix (the floor) at each (B, H, L, d)."""
+    rows = []
+    with torch.inference_mode():
+        for B, H, L, d in shapes:
+            q, k, v, Z, kvec = _inputs(B, H, L, d, device)
+            t_sdpa, t_ntk = median_seconds(lambda: F.scaled_dot_product_attention(q, k, v),
+                                           lambda: ntk_attention(q, k, v, Z, kvec),
+                                           repeats=41 if B * H * L * L < 10 ** 7 else 7)
+            rows.append({"B": B, "H": H, "L": L, "d": d, "sdpa_ms": 1e3 * t_sdpa, "ntk_ms": 1e3 * t_ntk,
+                         "ratio_ntk_over_sdpa": t_ntk / t_sdpa})
+    return pd.DataFrame(rows)
+
+
+def _prefix_case(kind: str, m: int, B: int, H: int, L: int, d: int, device: str, out: mp.Queue) -> None:
+    with torch.inference_mode():
+        q, k, v, Z, kvec = _inputs(B, H, L, d, device)
+        if kind == "exact-sdpa":
+            g = torch.Generator().manual_seed(1)
+            pk, pv = (torch.randn(B, H, m, d, generator=g).to(device) for _ in range(2))
+            fn = lambda: F.scaled_dot_product_attention(q, torch.cat([pk, k], 2), torch.cat([pv, v], 2))  # noqa: E731
+        else:
+            fn = lambda: ntk_attention(q, k, v, Z, kvec)  # noqa: E731
+        if device == "cuda":
+            torch.cuda.reset_peak_memory_stats()
+        base = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+        (seconds,) = median_seconds(fn, repeats=3, warmup=1)
+        if device == "cuda":
+            peak = torch.cuda.max_memory_allocated() / 2 ** 20
+        else:
+            peak = (resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - base) / 1024
+    out.put((seconds, peak))
+
+
+def prefix_scaling(log2ms: list[int], B: int = 1, H: int = 12, L: int = 128, d: int = 64,
+                   device: str = "cpu") -> pd.DataFrame:
+    """NTK-Attention (cost independent of m) against exact SDPA over [prefix; input] for each m."""
+    ctx = mp.get_context("spawn")
+    rows = []
+    for j in log2ms:
+        m = 2 ** j
+        res = {}
+        for kind in ("exact-sdpa", "ntk"):
+            queue = ctx.Queue()
+            proc = ctx.Process(target=_prefix_case, args=(kind, m, B, H, L, d, device, queue))
+            proc.start()
+            res[kind] = queue.get()
+            proc.join()
+        rows.append({"m": m, "log2m": j, "exact_ms": 1e3 * res["exact-sdpa"][0], "ntk_ms": 1e3 * res["ntk"][0],
+                     "speedup": res["exact-sdpa"][0] / res["ntk"][0],
+                     "exact_peak_mib": res["exact-sdpa"][1], "ntk_peak_mib": res["ntk"][1],
+                     "extra_memory_note": "peak extra over inputs" if device == "cpu" else "cuda max allocated"})
+    return pd.DataFrame(rows)
+
+
+def approx_error_wall_time(max_log2m: int = 18) -> tuple[float, pd.DataFrame]:
+    """Wall time of the CPU-default approx-error recipe, total and per m, in a fresh temporary run."""
+    from .experiments import approx_error
+    from .recipes import ApproxErrorRecipe
+    from .runs import Run
+
+    with tempfile.TemporaryDirectory() as tmp:
+        cfg = ApproxErrorRecipe(name="bench", out=tmp, max_log2m=max_log2m)
+        t0 = time.perf_counter()
+        approx_error.run(cfg, Run("approx-error", cfg))
+        total = time.perf_counter() - t0
+        timings = pd.read_csv(Path(tmp) / "approx-error" / "bench" / "timings.csv")
+    per_m = timings.groupby("m", as_index=False).seconds.sum().rename(columns={"seconds": "seconds_all_units"})
+    return total, per_m

@@ -1,0 +1,179 @@
+"""The `ntk` command line: parse, load the recipe, call one experiment, print its tables.
+
+Every command takes an optional RECIPE.yaml (defaults are the CPU-scale recipe), friendly flags for
+the common fields, and `--set key=value` for any field. Errors a user can cause print one line and
+exit with code 2.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import math
+from pathlib import Path
+from typing import Any, Iterator, Optional
+
+import pandas as pd
+import typer
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
+from rich.table import Table
+
+from .errors import UserError
+from .recipes import ApproxErrorRecipe, Recipe, load_recipe, parse_overrides
+from .runs import Run
+
+app = typer.Typer(add_completion=False, no_args_is_help=True, rich_markup_mode="rich",
+                  help="NTK-Attention and the NTK theory of prefix learning and transformer scaling laws.")
+out_console = Console()
+err_console = Console(stderr=True)
+
+
+@app.callback()
+def _main() -> None:
+    """NTK-Attention and the NTK theory of prefix learning and transformer scaling laws.
+
+    Each command runs one experiment from a YAML recipe and writes CSVs, figures and run.json to
+    outputs/<command>/<recipe>/.
+    """
+
+RecipeArg = typer.Argument(None, help="YAML recipe; omit for the CPU-scale defaults.", show_default=False)
+SetOpt = typer.Option([], "--set", help="Override any recipe field: --set key=value (value parsed as YAML; repeatable).")
+SeedOpt = typer.Option(None, "--seed", help="Base seed of every random draw.")
+DeviceOpt = typer.Option(None, "--device", help="cpu, cuda or auto.")
+OutOpt = typer.Option(None, "--out", help="Root folder of the run (default outputs/).")
+DryRunOpt = typer.Option(False, "--dry-run", help="Print the resolved recipe and the planned work; run nothing.")
+FreshOpt = typer.Option(False, "--fresh", help="Discard this run folder's earlier results instead of resuming.")
+
+
+@contextlib.contextmanager
+def user_errors() -> Iterator[None]:
+    """Turn a UserError into one red line on stderr and exit code 2."""
+    try:
+        yield
+    except UserError as err:
+        err_console.print(f"[bold red]error:[/] {err}", highlight=False, soft_wrap=True)
+        raise typer.Exit(2) from None
+
+
+def _progress_factory():
+    @contextlib.contextmanager
+    def factory(description: str, total: int):
+        columns = (TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(),
+                   TimeElapsedColumn(), TextColumn("left"), TimeRemainingColumn())
+        with Progress(*columns, console=err_console, transient=False) as progress:
+            task = progress.add_task(description, total=total)
+            yield lambda n=1: progress.advance(task, n)
+    return factory
+
+
+def _fmt(value: Any) -> str:
+    if isinstance(value, float):
+        if math.isnan(value):
+            return "–"
+        return f"{value:.4g}" if 1e-3 <= abs(value) < 1e5 or value == 0 else f"{value:.3e}"
+    return str(value)
+
+
+def print_table(df: pd.DataFrame, title: str) -> None:
+    table = Table(title=title, show_lines=False)
+    for col in df.columns:
+        table.add_column(str(col), justify="right" if pd.api.types.is_numeric_dtype(df[col]) else "left")
+    for row in df.itertuples(index=False):
+        table.add_row(*(_fmt(v) for v in row))
+    out_console.print(table)
+
+
+def _load(cls: type[Recipe], recipe: Optional[Path], sets: list[str], **flags: Any) -> Recipe:
+    overrides = {k: v for k, v in flags.items() if v is not None}
+    overrides.update(parse_overrides(sets))
+    return load_recipe(cls, recipe, overrides)
+
+
+def _dry_run(cfg: Recipe, plan: list[tuple[str, str]]) -> None:
+    table = Table(title=f"recipe '{cfg.name}' (resolved)")
+    table.add_column("field")
+    table.add_column("value")
+    for key, value in cfg.model_dump(mode="json").items():
+        table.add_row(key, str(value))
+    out_console.print(table)
+    print_table(pd.DataFrame(plan, columns=["planned", "count"]), "planned work")
+
+
+@app.command("approx-error")
+def approx_error(
+    recipe: Optional[Path] = RecipeArg,
+    max_log2m: Optional[int] = typer.Option(None, "--max-log2m", help="Largest prefix length is 2^max_log2m (1–30)."),
+    repeats: Optional[int] = typer.Option(None, "--repeats", help="Independent draws of W and P per regime."),
+    protocol: Optional[str] = typer.Option(None, "--protocol", help="text (paper §4.4) or released (authors' script; m ≤ 2^12)."),
+    seed: Optional[int] = SeedOpt,
+    device: Optional[str] = DeviceOpt,
+    out: Optional[str] = OutOpt,
+    sets: list[str] = SetOpt,
+    dry_run: bool = DryRunOpt,
+    fresh: bool = FreshOpt,
+) -> None:
+    """Figure 1 (§4.4): error of NTK-Attention against exact attention with an m-long prefix.
+
+    For m = 2, 4, …, 2^max_log2m and m = ∞, and for each method (compress-taylor2, compress-favor,
+    compress-elu, fit-lstsq, fit-adam, infinite-limit), writes results.csv (one row per regime,
+    repeat, m, method), summary.csv (mean ± std), approx_error.png and run.json to
+    outputs/approx-error/<recipe>/. Re-running resumes and skips finished points.
+    """
+    from .experiments import approx_error as experiment
+
+    with user_errors():
+        cfg = _load(ApproxErrorRecipe, recipe, sets, max_log2m=max_log2m, repeats=repeats, protocol=protocol,
+                    seed=seed, device=device, out=out)
+        if dry_run:
+            ms = cfg.max_log2m + (cfg.include_infinity and cfg.protocol == "text")
+            _dry_run(cfg, [("regimes (weight_std)", str(len(cfg.weight_std))), ("repeats", str(cfg.repeats)),
+                           ("prefix lengths m", f"{ms} (2^1 … 2^{cfg.max_log2m}{', ∞' if ms > cfg.max_log2m else ''})"),
+                           ("methods", str(len(cfg.methods))),
+                           ("queries streamed per repeat", str((cfg.n_train + cfg.n_test) * cfg.seq_len))])
+            return
+        run = Run("approx-error", cfg, resumable=experiment.RESUMABLE, fresh=fresh, progress=_progress_factory())
+        tables = experiment.run(cfg, run)
+    print_table(tables["headline"], f"approx-error: Eq. (6) error, mean over {cfg.repeats} repeats (s = {cfg.scale:.4g})")
+    err_console.print(f"wrote {run.dir}/results.csv, summary.csv, approx_error.png, run.json")
+
+
+
+
+@app.command("bench")
+def bench(
+    suite: str = typer.Option("all", "--suite", help="attention (forward vs SDPA), prefix (vs exact SDPA over "
+                              "[prefix; input], m = 2^10 … 2^18), approx-error (wall time of the CPU default), or all."),
+    device: str = typer.Option("cpu", "--device", help="cpu or cuda."),
+    out: str = typer.Option("outputs", "--out", help="Root folder; CSVs go to <out>/bench/."),
+) -> None:
+    """Speed and memory of the attention kernels, as ratios measured in one run (not part of the tests)."""
+    from . import bench as b
+    from .runs import atomic_write, resolve_device
+
+    suites = ("attention", "prefix", "approx-error")
+    with user_errors():
+        if suite not in suites + ("all",):
+            raise UserError(f"unknown --suite {suite!r}; choose one of {', '.join(suites)} or all")
+        dev = str(resolve_device(device))
+        folder = Path(out) / "bench"
+        try:
+            folder.mkdir(parents=True, exist_ok=True)
+        except OSError as err:
+            raise UserError(f"cannot write to output folder {folder}: {err.strerror or err}") from None
+    chosen = suites if suite == "all" else (suite,)
+
+    def save(name: str, df: pd.DataFrame, title: str) -> None:
+        atomic_write(folder / name, lambda p: df.to_csv(p, index=False))
+        print_table(df, title)
+
+    if "attention" in chosen:
+        save("attention.csv", b.forward_vs_sdpa([(8, 12, 128, 64), (1, 12, 4096, 64)], dev),
+             "forward: ntk_attention vs SDPA without prefix")
+    if "prefix" in chosen:
+        save("prefix.csv", b.prefix_scaling(list(range(10, 19)), device=dev),
+             "ntk_attention vs exact SDPA over [prefix; input] (B=1, H=12, L=128, d=64)")
+    if "approx-error" in chosen:
+        total, per_m = b.approx_error_wall_time()
+        per_m["total_seconds"] = total
+        save("approx_error_time.csv", per_m, f"approx-error CPU default at --max-log2m 18: {total:.1f} s in all")
+    err_console.print(f"wrote {folder}/")

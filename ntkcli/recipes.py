@@ -1,0 +1,121 @@
+"""Recipes: YAML files validated by pydantic, with every field settable from the command line."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Literal, TypeVar
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+from .errors import UserError
+
+APPROX_METHODS = ("compress-taylor2", "compress-favor", "compress-elu", "fit-lstsq", "fit-adam", "infinite-limit")
+
+
+class Recipe(BaseModel):
+    """Fields every command shares."""
+
+    model_config = ConfigDict(extra="forbid", validate_assignment=True)
+    name: str | None = Field(None, description="run folder name; defaults to the recipe file's stem")
+    seed: int = Field(0, description="base seed of every random draw")
+    device: Literal["cpu", "cuda", "auto"] = Field("cpu", description="where tensors live; auto picks cuda if present")
+    out: str = Field("outputs", description="root folder of all runs")
+
+
+class ApproxErrorRecipe(Recipe):
+    """§4.4 / Figure 1: NTK-Attention vs exact attention with an m-long prefix."""
+
+    d: int = Field(64, ge=1, le=1024, description="head dimension")
+    seq_len: int = Field(128, ge=1, description="input length L")
+    max_log2m: int = Field(18, ge=1, le=30, description="prefix lengths m = 2^1 … 2^max_log2m")
+    include_infinity: bool = Field(True, description="also evaluate m = ∞ (closed-form Gaussian limit)")
+    n_train: int = Field(32, ge=1, description="training inputs for the fitted methods (paper: 40000)")
+    n_test: int = Field(8, ge=1, description="test inputs the errors are measured on (paper: 8000)")
+    repeats: int = Field(3, ge=1, description="independent draws of W and P (paper: 50)")
+    weight_std: list[float] = Field([1.0, 0.125], min_length=1, description="entry std of W_Q, W_K, W_V; one regime each")
+    prefix_std: float = Field(1.0, gt=0, description="entry std σ of the prefix P")
+    score_scale: float | None = Field(None, gt=0, description="s in exp(s·q·k); null means 1/√d (paper text: 1)")
+    protocol: Literal["text", "released"] = Field("text", description="text: prefix only in the exact side; released: in both")
+    methods: list[Literal[APPROX_METHODS]] = Field(list(APPROX_METHODS), min_length=1)  # type: ignore[valid-type]
+    favor_features: int = Field(256, ge=1, description="random features of compress-favor")
+    ridge: float = Field(1e-6, ge=0, description="relative ridge of fit-lstsq")
+    adam_steps: int = Field(300, ge=1)
+    adam_lr: float = Field(1e-2, gt=0)
+    adam_batch: int = Field(1024, ge=1)
+    chunk: int = Field(4096, ge=1, description="prefix rows per streamed chunk")
+    dtype: Literal["float32", "float64"] = "float32"
+
+    @model_validator(mode="after")
+    def _released_is_quadratic(self) -> "ApproxErrorRecipe":
+        if self.protocol == "released" and self.max_log2m > 12:
+            raise ValueError("protocol 'released' costs (m+L)^2 per input, so max_log2m must be at most 12")
+        return self
+
+    @property
+    def scale(self) -> float:
+        return self.score_scale if self.score_scale is not None else self.d ** -0.5
+
+
+R = TypeVar("R", bound=Recipe)
+
+
+def _set_path(tree: dict, dotted: str, value: Any) -> None:
+    *parents, leaf = dotted.split(".")
+    node = tree
+    for key in parents:
+        node = node.setdefault(key, {})
+        if not isinstance(node, dict):
+            raise UserError(f"--set {dotted}: '{key}' is not a section of the recipe")
+    node[leaf] = value
+
+
+def parse_overrides(pairs: list[str]) -> dict[str, Any]:
+    """--set key.sub=value pairs as {dotted key: YAML-parsed value}."""
+    out = {}
+    for pair in pairs:
+        key, eq, raw = pair.partition("=")
+        if not eq or not key.strip():
+            raise UserError(f"--set expects key=value, got {pair!r}")
+        try:
+            out[key.strip()] = yaml.safe_load(raw) if raw.strip() else None
+        except yaml.YAMLError:
+            out[key.strip()] = raw
+    return out
+
+
+def read_yaml(path: Path) -> dict:
+    if not path.is_file():
+        raise UserError(f"recipe file not found: {path}")
+    try:
+        data = yaml.safe_load(path.read_text()) or {}
+    except yaml.YAMLError as err:
+        mark = getattr(err, "problem_mark", None)
+        where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
+        problem = getattr(err, "problem", None) or "invalid YAML"
+        raise UserError(f"{path}: invalid YAML{where}: {problem}") from None
+    if not isinstance(data, dict):
+        raise UserError(f"{path}: a recipe must be a mapping of fields, got {type(data).__name__}")
+    return data
+
+
+def _explain(err: ValidationError) -> str:
+    e = err.errors()[0]
+    where = ".".join(str(p) for p in e["loc"]) or "recipe"
+    if e["type"] == "extra_forbidden":
+        return f"unknown recipe field '{where}'"
+    got = e.get("input")
+    shown = "" if isinstance(got, dict) else f" (got {got!r})"
+    return f"recipe field '{where}': {e['msg']}{shown}"
+
+
+def load_recipe(cls: type[R], path: Path | None, overrides: dict[str, Any]) -> R:
+    """The recipe at `path` (or the defaults), with dotted overrides applied, validated."""
+    data = read_yaml(path) if path is not None else {}
+    for key, value in overrides.items():
+        _set_path(data, key, value)
+    data.setdefault("name", path.stem if path is not None else "default")
+    try:
+        return cls.model_validate(data)
+    except ValidationError as err:
+        raise UserError(_explain(err)) from None

@@ -1,0 +1,147 @@
+"""Run folders: resolved config, atomic CSV/PNG writes, resume, run.json, seeding and device choice."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import platform
+import subprocess
+import tempfile
+import time
+from pathlib import Path
+from typing import Callable, Iterator
+
+import pandas as pd
+import torch
+import yaml
+
+from . import __version__
+from .errors import UserError
+from .recipes import Recipe
+
+
+def resolve_device(name: str) -> torch.device:
+    """cpu, cuda (an error if absent) or auto."""
+    if name == "cuda" and not torch.cuda.is_available():
+        raise UserError("--device cuda was asked for, but no CUDA device is available (use --device cpu)")
+    if name == "auto":
+        name = "cuda" if torch.cuda.is_available() else "cpu"
+    return torch.device(name)
+
+
+def atomic_write(path: Path, write: Callable[[Path], None]) -> None:
+    """Call write(tmp) on a temporary file beside `path`, then rename it over `path`."""
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=path.suffix)
+    os.close(fd)
+    try:
+        write(Path(tmp))
+        os.replace(tmp, path)
+    finally:
+        if os.path.exists(tmp):
+            os.remove(tmp)
+
+
+def _git_commit() -> str | None:
+    try:
+        out = subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True, timeout=5,
+                             cwd=Path(__file__).resolve().parent)
+        return out.stdout.strip() if out.returncode == 0 else None
+    except (OSError, subprocess.SubprocessError):
+        return None
+
+
+Advance = Callable[[float], None]
+
+
+class Run:
+    """One experiment's folder outputs/<command>/<name>/, resumable point by point.
+
+    `resumable` lists the recipe fields that only widen the grid (more m, more repeats): a re-run
+    that changes only those resumes; a change to any other field needs --fresh or another --out.
+    """
+
+    def __init__(self, command: str, recipe: Recipe, *, resumable: tuple[str, ...] = (), fresh: bool = False,
+                 progress: Callable[[str, int], contextlib.AbstractContextManager[Advance]] | None = None):
+        self.recipe, self.progress_factory = recipe, progress
+        self.dir = Path(recipe.out) / command / (recipe.name or "default")
+        self.started = time.time()
+        try:
+            self.dir.mkdir(parents=True, exist_ok=True)
+            probe = self.dir / ".write-test"
+            probe.write_text("")
+            probe.unlink()
+        except OSError as err:
+            raise UserError(f"cannot write to output folder {self.dir}: {err.strerror or err}") from None
+        config = recipe.model_dump(mode="json")
+        old_path = self.dir / "config.yaml"
+        if fresh:
+            for old in self.dir.iterdir():
+                if old.is_file():
+                    old.unlink()
+        elif old_path.exists():
+            old = yaml.safe_load(old_path.read_text()) or {}
+            changed = sorted(k for k in set(old) | set(config)
+                             if k not in resumable and k not in ("device", "out") and old.get(k) != config.get(k))
+            if changed:
+                raise UserError(f"{self.dir} holds results of a different recipe (fields {', '.join(changed)} differ); "
+                                "pass --fresh to discard them or --out to write elsewhere")
+        self.write_text("config.yaml", yaml.safe_dump(config, sort_keys=False))
+
+    def path(self, name: str) -> Path:
+        return self.dir / name
+
+    def write_text(self, name: str, text: str) -> None:
+        atomic_write(self.path(name), lambda p: p.write_text(text))
+
+    def save_csv(self, name: str, df: pd.DataFrame) -> None:
+        atomic_write(self.path(name), lambda p: df.to_csv(p, index=False))
+
+    def save_figure(self, name: str, fig) -> None:
+        atomic_write(self.path(name), lambda p: fig.savefig(p, dpi=130, bbox_inches="tight", format="png"))
+
+    def load_csv(self, name: str) -> pd.DataFrame | None:
+        path = self.path(name)
+        return pd.read_csv(path) if path.exists() else None
+
+    @contextlib.contextmanager
+    def task(self, description: str, total: int) -> Iterator[Advance]:
+        """A progress bar (when the CLI gave one) for `total` units of work."""
+        if self.progress_factory is None:
+            yield lambda n=1: None
+        else:
+            with self.progress_factory(description, total) as advance:
+                yield advance
+
+    def finish(self, **extra) -> dict:
+        """Write run.json: versions, device, seed, git commit, wall time, and what the experiment adds."""
+        info = {
+            "command_recipe": self.recipe.name,
+            "ntkcli": __version__,
+            "python": platform.python_version(),
+            "torch": torch.__version__,
+            "device": str(resolve_device(self.recipe.device)),
+            "cuda": torch.cuda.get_device_name(0) if torch.cuda.is_available() else None,
+            "threads": torch.get_num_threads(),
+            "seed": self.recipe.seed,
+            "git_commit": _git_commit(),
+            "wall_seconds": round(time.time() - self.started, 3),
+            **extra,
+        }
+        self.write_text("run.json", json.dumps(info, indent=2))
+        return info
+
+
+def resume(previous: pd.DataFrame | None, keys: list[str]) -> set[tuple]:
+    """The key tuples already measured in a results table."""
+    if previous is None or previous.empty:
+        return set()
+    return set(previous[keys].itertuples(index=False, name=None))
+
+
+def seed_for(*parts: int) -> int:
+    """A stable 63-bit seed from integers (base seed, regime, repeat …)."""
+    h = 1469598103934665603
+    for p in parts:
+        h = ((h ^ (int(p) & 0xFFFFFFFFFFFF)) * 1099511628211) % (1 << 63)
+    return h

@@ -1,0 +1,193 @@
+"""The operator and the prefix tools against naive float64 references."""
+
+import math
+
+import pytest
+import torch
+
+from ntkcli.attention import (attention_lse, compress_prefix, elu, feature_map, fit_prefix_lstsq,
+                              infinite_prefix_limit, ntk_attention, prefix_attention, prefix_stats, taylor2)
+
+D = torch.float64
+
+
+def naive_attention(q, k, v, scale, keep=None):
+    """softmax(s·QKᵀ) V with a boolean keep-mask, written out in float64."""
+    s = (q @ k.transpose(-1, -2)) * scale
+    if keep is not None:
+        s = s.masked_fill(~keep, float("-inf"))
+    w = torch.exp(s - s.amax(-1, keepdim=True))
+    return (w / w.sum(-1, keepdim=True)) @ v
+
+
+def qkv(B=2, H=3, L=7, d=5, seed=0, dtype=D):
+    g = torch.Generator().manual_seed(seed)
+    return [torch.randn(B, H, L, d, generator=g, dtype=dtype) for _ in range(3)]
+
+
+def masks(B, L):
+    causal = torch.ones(L, L, dtype=torch.bool).tril()
+    lengths = torch.tensor([L, L - 3])
+    padding = (torch.arange(L)[None, :] < lengths[:, None])[:, None, None, :].expand(B, 1, L, L)
+    return {"full": (None, False, None), "causal": (None, True, causal),
+            "padding": (padding, False, padding), "padding+causal": (padding, True, padding & causal)}
+
+
+@pytest.mark.parametrize("kind", ["full", "causal", "padding", "padding+causal"])
+def test_zero_Z_k_is_softmax_attention(kind):
+    q, k, v = qkv()
+    H, d = q.shape[1], q.shape[-1]
+    mask, is_causal, keep = masks(q.shape[0], q.shape[2])[kind]
+    out = ntk_attention(q, k, v, torch.zeros(H, d, d, dtype=D), torch.zeros(H, d, dtype=D),
+                        attn_mask=mask, is_causal=is_causal)
+    ref = naive_attention(q, k, v, d ** -0.5, keep)
+    assert (out - ref).abs().max() < 1e-10
+
+
+def test_additive_float_mask_equals_boolean_mask():
+    q, k, v = qkv()
+    keep = masks(2, 7)["padding"][0]
+    additive = torch.zeros(keep.shape, dtype=D).masked_fill(~keep, torch.finfo(D).min)
+    Z, kv = torch.randn(3, 5, 5, dtype=D), torch.rand(3, 5, dtype=D)
+    a = ntk_attention(q, k, v, Z, kv, attn_mask=keep)
+    b = ntk_attention(q, k, v, Z, kv, attn_mask=additive)
+    assert (a - b).abs().max() < 1e-10
+
+
+def test_row_with_every_key_masked_sees_only_the_prefix():
+    q, k, v = qkv()
+    keep = torch.ones(2, 1, 7, 7, dtype=torch.bool)
+    keep[0, :, 2, :] = False
+    Z, kv = torch.randn(3, 5, 5, dtype=D), torch.rand(3, 5, dtype=D) + 0.1
+    out = ntk_attention(q, k, v, Z, kv, attn_mask=keep)
+    f, _ = elu(q[0, :, 2] * 5 ** -0.25)
+    prefix_only = (f.unsqueeze(1) @ Z).squeeze(1) / (f * kv).sum(-1, keepdim=True)
+    assert torch.isfinite(out).all()
+    assert (out[0, :, 2] - prefix_only).abs().max() < 1e-10
+    _, lse = attention_lse(q, k, v, attn_mask=keep)
+    assert torch.isinf(lse[0, :, 2]).all() and torch.isfinite(lse[1]).all()
+
+
+def test_zero_key_prefix_is_reproduced_by_a_constant_feature_map():
+    """Keys 0 give every prefix row weight exp(0) = 1: φ ≡ 1, Z = Σ v_r, k = m is then exact."""
+    q, k, v = qkv()
+    m, H, d = 6, 3, 5
+    pk = torch.zeros(H, m, d, dtype=D)
+    pv = torch.randn(H, m, d, dtype=D)
+    const = lambda x: (torch.ones(*x.shape[:-1], 1, dtype=x.dtype), x.new_zeros(x.shape[:-1]))  # noqa: E731
+    Z, kv, log_scale = compress_prefix(pk, pv, const, scale=d ** -0.5)[0]
+    assert torch.allclose(Z * log_scale.exp()[:, None, None], pv.sum(-2, keepdim=True))
+    assert torch.allclose(kv * log_scale.exp()[:, None], torch.full((H, 1), float(m), dtype=D))
+    out = ntk_attention(q, k, v, Z, kv, feature_map=const, log_scale=log_scale)
+    ref = prefix_attention(q, k, v, pk, pv)
+    assert (out - ref).abs().max() < 1e-12
+
+
+@pytest.mark.parametrize("chunk", [1, 3, 5, 100])
+@pytest.mark.parametrize("kind", ["full", "causal", "padding"])
+def test_prefix_attention_equals_dense_softmax_over_concatenation(chunk, kind):
+    q, k, v = qkv()
+    B, H, L, d = q.shape
+    g = torch.Generator().manual_seed(1)
+    pk, pv = torch.randn(H, 5, d, generator=g, dtype=D), torch.randn(H, 5, d, generator=g, dtype=D)
+    mask, is_causal, keep = masks(B, L)[kind]
+    out = prefix_attention(q, k, v, pk, pv, attn_mask=mask, is_causal=is_causal, chunk=chunk)
+    keys = torch.cat([pk.expand(B, H, 5, d), k], dim=2)
+    vals = torch.cat([pv.expand(B, H, 5, d), v], dim=2)
+    full_keep = None if keep is None else torch.cat([torch.ones(*keep.shape[:-1], 5, dtype=torch.bool).expand(
+        *torch.broadcast_shapes(keep.shape[:-1], (B, 1, L)), 5), keep.expand(*torch.broadcast_shapes(
+            keep.shape[:-1], (B, 1, L)), L)], dim=-1)
+    assert (out - naive_attention(q, keys, vals, d ** -0.5, full_keep)).abs().max() < 1e-12
+
+
+def test_prefix_stats_at_several_lengths_matches_separate_passes():
+    q = torch.randn(4, 3, dtype=D)
+    pk, pv = torch.randn(20, 3, dtype=D), torch.randn(20, 3, dtype=D)
+    nested = list(prefix_stats(q, pk, pv, scale=1.0, ends=[2, 7, 20], chunk=4))
+    for (mean, lse), m in zip(nested, [2, 7, 20]):
+        s = q @ pk[:m].T
+        assert torch.allclose(lse, torch.logsumexp(s, -1))
+        assert torch.allclose(mean, torch.softmax(s, -1) @ pv[:m])
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16])
+def test_no_overflow_with_huge_scores_or_half_precision(dtype):
+    q, k, v = qkv(L=16, d=8, dtype=torch.float32)
+    q = q * 400.0  # scores of magnitude ~1e3
+    assert (q @ k.transpose(-1, -2) * 8 ** -0.5).abs().max() > 1e3
+    pk = torch.randn(3, 1000, 8) * 30.0
+    pv = torch.randn(3, 1000, 8)
+    for name in ("elu", "taylor2", "favor"):
+        phi = feature_map(name, 8, num_features=32)
+        Z, kv, ls = compress_prefix(pk, pv, phi, scale=8 ** -0.5)[0]
+        assert torch.isfinite(Z).all() and torch.isfinite(kv).all()
+        out = ntk_attention(q.to(dtype), k.to(dtype), v.to(dtype), Z.to(dtype), kv.to(dtype),
+                            feature_map=phi, log_scale=ls)
+        assert out.dtype == dtype and torch.isfinite(out).all(), name
+    ref = ntk_attention(q, k, v, Z, kv, feature_map=phi, log_scale=ls)
+    assert (out.float() - ref).abs().max() < 0.05 * ref.abs().max()
+
+
+def test_gradcheck_float64():
+    q, k, v = (t.requires_grad_() for t in qkv(B=1, H=2, L=4, d=3))
+    Z = torch.randn(2, 3, 3, dtype=D, requires_grad=True)
+    kv = (torch.rand(2, 3, dtype=D) + 0.5).requires_grad_()
+    keep = torch.ones(1, 1, 4, 4, dtype=torch.bool)
+    keep[..., -1] = False
+    for kwargs in ({}, {"is_causal": True}, {"attn_mask": keep}):
+        assert torch.autograd.gradcheck(lambda *a: ntk_attention(*a, **kwargs), (q, k, v, Z, kv))
+
+
+def test_taylor2_features_give_the_second_order_series():
+    x, y = torch.randn(10, 6, dtype=D), torch.randn(10, 6, dtype=D)
+    t = (x * y).sum(-1)
+    fx, fy = taylor2(x)[0], taylor2(y)[0]
+    assert fx.shape[-1] == 1 + 6 + 21
+    assert torch.allclose((fx * fy).sum(-1), 1 + t + t * t / 2)
+
+
+def test_favor_compression_is_unbiased_over_seeds():
+    """E_ω[φ(q)·Σ_r φ(k_r)] = Σ_r exp(q·k_r) and likewise for Z: over 1000 feature seeds the mean is
+    within 4 standard errors of the exact sums, while a single draw is visibly off."""
+    g = torch.Generator().manual_seed(3)
+    q = torch.randn(5, 4, generator=g, dtype=D) * 0.5
+    pk, pv = torch.randn(50, 4, generator=g, dtype=D) * 0.5, torch.randn(50, 4, generator=g, dtype=D)
+    exact = torch.cat([torch.exp(q @ pk.T).sum(-1, keepdim=True), torch.exp(q @ pk.T) @ pv], dim=-1)
+    draws = []
+    for seed in range(1000):
+        phi = feature_map("favor", 4, num_features=8, seed=seed)
+        Z, kv, ls = compress_prefix(pk, pv, phi, scale=1.0)[0]
+        f, c = phi(q)
+        draws.append(torch.exp(c + ls).unsqueeze(-1) * torch.cat([f @ kv.unsqueeze(-1), f @ Z], dim=-1))
+    draws = torch.stack(draws)
+    z = (draws.mean(0) - exact) / (draws.std(0) / math.sqrt(len(draws)))
+    assert z.abs().max() < 4.0, z
+    assert ((draws[0] - exact).abs() / exact.abs().clamp_min(1.0)).max() > 0.05
+
+
+def test_lstsq_recovers_Z_k_that_generated_the_targets():
+    g = torch.Generator().manual_seed(0)
+    f = torch.rand(200, 6, generator=g, dtype=D) + 0.1
+    Z, kv = torch.randn(6, 3, generator=g, dtype=D), torch.rand(6, generator=g, dtype=D) + 0.1
+    den = f @ kv
+    Zf, kf, ls = fit_prefix_lstsq(f, torch.zeros(200, dtype=D), (f @ Z) / den[:, None], den.log(), ridge=0.0)
+    assert torch.allclose(Zf * ls.exp(), Z, atol=1e-8) and torch.allclose(kf * ls.exp(), kv, atol=1e-8)
+
+
+def test_infinite_limit_approaches_exact_prefix_in_unit_score_regime():
+    """W std 1/√d, s = 1/√d, P ~ N(0, I): at m = 2^16 the prefix-only output is within 1% (relative MSE)."""
+    d, m = 64, 2 ** 16
+    g = torch.Generator().manual_seed(0)
+    w_k, w_v, w_q = (torch.randn(d, d, generator=g, dtype=D) / math.sqrt(d) for _ in range(3))
+    q = torch.randn(256, d, generator=g, dtype=D) @ w_q
+    P = torch.randn(m, d, generator=g, dtype=D)
+    mean, lse = next(prefix_stats(q, P @ w_k, P @ w_v, scale=d ** -0.5))
+    mean_inf, lse_inf = infinite_prefix_limit(q, w_k, w_v, sigma=1.0, scale=d ** -0.5, m=m)
+    rel = ((mean - mean_inf) ** 2).sum() / (mean ** 2).sum()
+    assert rel < 1e-2, rel
+    assert (lse - lse_inf).abs().max() < 0.05
+    # with the paper's std 1 the same m is nowhere near the limit
+    w_k1, w_v1 = w_k * math.sqrt(d), w_v * math.sqrt(d)
+    mean1, _ = next(prefix_stats(q * 4, P @ w_k1, P @ w_v1, scale=d ** -0.5))
+    mean1_inf, _ = infinite_prefix_limit(q * 4, w_k1, w_v1, sigma=1.0, scale=d ** -0.5, m=m)
+    assert ((mean1 - mean1_inf) ** 2).sum() / (mean1 ** 2).sum() > 0.5
