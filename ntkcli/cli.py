@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import math
+import sys
 from pathlib import Path
 from typing import Any, Iterator, Optional
 
@@ -16,6 +17,7 @@ import pandas as pd
 import typer
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
+from rich.markup import escape
 from rich.table import Table
 
 from .errors import UserError
@@ -24,7 +26,7 @@ from .runs import Run
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, rich_markup_mode="rich",
                   help="NTK-Attention and the NTK theory of prefix learning and transformer scaling laws.")
-out_console = Console()
+out_console = Console(width=None if sys.stdout.isatty() else 150)
 err_console = Console(stderr=True)
 
 
@@ -70,12 +72,14 @@ def _fmt(value: Any) -> str:
     if isinstance(value, float):
         if math.isnan(value):
             return "–"
+        if value.is_integer() and abs(value) < 1e15:
+            return str(int(value))
         return f"{value:.4g}" if 1e-3 <= abs(value) < 1e5 or value == 0 else f"{value:.3e}"
     return str(value)
 
 
 def print_table(df: pd.DataFrame, title: str) -> None:
-    table = Table(title=title, show_lines=False)
+    table = Table(title=escape(title), show_lines=False)
     for col in df.columns:
         table.add_column(str(col), justify="right" if pd.api.types.is_numeric_dtype(df[col]) else "left")
     for row in df.itertuples(index=False):
@@ -171,9 +175,10 @@ def bench(
              "forward: ntk_attention vs SDPA without prefix")
     if "prefix" in chosen:
         save("prefix.csv", b.prefix_scaling(list(range(10, 19)), device=dev),
-             "ntk_attention vs exact SDPA over [prefix; input] (B=1, H=12, L=128, d=64)")
+             "ntk_attention vs exact SDPA over [prefix; input] (B=1, H=12, L=128, d=64; "
+             "peak MiB: rise of max RSS on CPU, max allocated on CUDA)")
     if "approx-error" in chosen:
         total, per_m = b.approx_error_wall_time()
-        per_m["total_seconds"] = total
-        save("approx_error_time.csv", per_m, f"approx-error CPU default at --max-log2m 18: {total:.1f} s in all")
+        save("approx_error_time.csv", per_m.assign(total_seconds=total),
+             f"approx-error CPU default at --max-log2m 18: {total:.1f} s in all; seconds per m (stream + methods)")
     err_console.print(f"wrote {folder}/")

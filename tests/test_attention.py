@@ -136,6 +136,16 @@ def test_gradcheck_float64():
     keep[..., -1] = False
     for kwargs in ({}, {"is_causal": True}, {"attn_mask": keep}):
         assert torch.autograd.gradcheck(lambda *a: ntk_attention(*a, **kwargs), (q, k, v, Z, kv))
+    # fewer queries than keys: the fused forward and the recomputing backward must agree on the mask
+    assert torch.autograd.gradcheck(lambda q_, *a: ntk_attention(q_, *a, is_causal=True), (q[:, :, :2], k, v, Z, kv))
+
+
+def test_causal_with_fewer_queries_than_keys_is_top_left_as_in_sdpa():
+    q, k, v = qkv(L=7)
+    Z, kv = torch.zeros(3, 5, 5, dtype=D), torch.zeros(3, 5, dtype=D)
+    out = ntk_attention(q[:, :, :3], k, v, Z, kv, is_causal=True)
+    keep = torch.ones(3, 7, dtype=torch.bool).tril()
+    assert (out - naive_attention(q[:, :, :3], k, v, 5 ** -0.5, keep)).abs().max() < 1e-10
 
 
 def test_taylor2_features_give_the_second_order_series():

@@ -34,7 +34,7 @@ def _scores(q: Tensor, k: Tensor, scale: float, mask: Tensor | None, is_causal: 
     s = (q @ k.transpose(-1, -2)) * scale
     if is_causal:
         L, S = s.shape[-2:]
-        s = s.masked_fill(torch.ones(L, S, dtype=torch.bool, device=s.device).triu(S - L + 1), NEG_INF)
+        s = s.masked_fill(torch.ones(L, S, dtype=torch.bool, device=s.device).triu(1), NEG_INF)  # as SDPA: top-left
     return s if mask is None else s + mask
 
 
