@@ -21,6 +21,7 @@ test: install
 # Every experiment at its CPU scale; a re-run resumes and skips finished points.
 reproduce: install
 	$(NTK) approx-error recipes/approx_error.yaml
+	$(NTK) convergence recipes/convergence.yaml
 
 # The papers' scales, for a GPU machine.
 reproduce-paper: install

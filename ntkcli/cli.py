@@ -21,8 +21,8 @@ from rich.markup import escape
 from rich.table import Table
 
 from .errors import UserError
-from .recipes import ApproxErrorRecipe, Recipe, load_recipe, parse_overrides
-from .runs import Run
+from .recipes import ApproxErrorRecipe, ConvergenceRecipe, Recipe, load_recipe, parse_overrides
+from .runs import Run, resolve_device
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, rich_markup_mode="rich",
                   help="NTK-Attention and the NTK theory of prefix learning and transformer scaling laws.")
@@ -143,6 +143,45 @@ def approx_error(
 
 
 
+@app.command("convergence")
+def convergence(
+    recipe: Optional[Path] = RecipeArg,
+    parts: Optional[str] = typer.Option(None, "--parts", help="Comma-separated: prefix, transformer, stand-in."),
+    seed: Optional[int] = SeedOpt,
+    device: Optional[str] = DeviceOpt,
+    out: Optional[str] = OutOpt,
+    sets: list[str] = SetOpt,
+    dry_run: bool = DryRunOpt,
+    fresh: bool = FreshOpt,
+) -> None:
+    """NTK convergence of both papers: prefix learning (Thm 3.10) and the N-layer transformer (Thm 5.5).
+
+    Trains paper 1's one-token prefix model by gradient descent for m = 2^4 … 2^14, the NTK-Attention
+    stand-in (Z, k) beside it, and paper 2's transformer by SGD over depths and widths; closed-form
+    kernels are checked against autodiff. Writes results.csv, curves.csv, summary.csv (log-log fits),
+    convergence.png and run.json to outputs/convergence/<recipe>/; re-running resumes.
+    """
+    from .experiments import convergence as experiment
+
+    with user_errors():
+        cfg = _load(ConvergenceRecipe, recipe, sets, seed=seed, device=device, out=out,
+                    parts=parts.split(",") if parts else None)
+        if dry_run:
+            _dry_run(cfg, [("prefix runs (m values × seeds)", str(len(cfg.log2m) * cfg.seeds * ("prefix" in cfg.parts))),
+                           ("stand-in runs", str(cfg.seeds * ("stand-in" in cfg.parts))),
+                           ("transformer runs (depths × widths × seeds)",
+                            str(len(cfg.t_depths) * len(cfg.t_widths) * cfg.seeds * ("transformer" in cfg.parts)))])
+            return
+        if resolve_device(cfg.device).type != "cpu":
+            raise UserError("convergence runs its float64 theory checks on the CPU only; use --device cpu")
+        run = Run("convergence", cfg, resumable=experiment.RESUMABLE, fresh=fresh, progress=_progress_factory())
+        tables = experiment.run(cfg, run)
+    print_table(tables["prefix"], "paper 1: one-token prefix (rates per step; λ of H = JJᵀ/m)")
+    print_table(tables["transformer"], "paper 2: N-layer transformer, SGD")
+    print_table(tables["fits"], "log-log fits")
+    err_console.print(f"wrote {run.dir}/results.csv, curves.csv, summary.csv, convergence.png, run.json")
+
+
 @app.command("bench")
 def bench(
     suite: str = typer.Option("all", "--suite", help="attention (forward vs SDPA), prefix (vs exact SDPA over "
@@ -152,7 +191,7 @@ def bench(
 ) -> None:
     """Speed and memory of the attention kernels, as ratios measured in one run (not part of the tests)."""
     from . import bench as b
-    from .runs import atomic_write, resolve_device
+    from .runs import atomic_write
 
     suites = ("attention", "prefix", "approx-error")
     with user_errors():

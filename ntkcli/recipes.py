@@ -57,6 +57,35 @@ class ApproxErrorRecipe(Recipe):
         return self.score_scale if self.score_scale is not None else self.d ** -0.5
 
 
+class ConvergenceRecipe(Recipe):
+    """Thm 3.10 (paper 1) and Lemma 4.1 / Thm 5.5 / Lemma 5.3 (paper 2), checked in numbers."""
+
+    parts: list[Literal["prefix", "transformer", "stand-in"]] = Field(["prefix", "transformer", "stand-in"], min_length=1)
+    seeds: int = Field(1, ge=1, description="independent initialisations per point")
+    # prefix part: paper 1's one-token model, full-batch gradient descent
+    n: int = Field(8, ge=1, description="training points x_i with ‖x_i‖ = 1")
+    d: int = Field(4, ge=1, description="dimension of x, of w_r and of the output")
+    log2m: list[int] = Field([4, 6, 8, 10, 12, 14], min_length=1, description="prefix lengths m = 2^j")
+    signs: bool = Field(True, description="random ±1 signs a_r (Def C.2); false: a_r = 1 (Def 3.4)")
+    steps: int = Field(8000, ge=2, description="gradient-descent steps of the prefix and stand-in parts")
+    lr: float = Field(1.0, gt=0, description="step η = lr / λ_max(J Jᵀ at init), below the stability limit 2")
+    checkpoints: int = Field(8, ge=2, description="times at which the kernel drift is measured")
+    stand_in_features: Literal["taylor2", "favor"] = Field("taylor2", description="φ of the NTK-Attention stand-in")
+    # transformer part: paper 2's model, SGD
+    t_depths: list[int] = Field([1, 2, 4, 8], min_length=1, description="depths N")
+    t_widths: list[int] = Field([32, 128, 512, 2048], min_length=1, description="MLP widths m")
+    t_n: int = Field(16, ge=1, description="training sequences")
+    t_seq_len: int = Field(4, ge=1, description="tokens per sequence L")
+    t_d: int = Field(8, ge=1, description="embedding dimension d")
+    t_steps: int = Field(400, ge=2, description="SGD steps")
+    t_lr: float = Field(0.05, gt=0, description="SGD step size, the same for every depth and width (stable up to N = 8)")
+    t_batch_fraction: float = Field(0.5, gt=0, le=1, description="α: batch size = α·n")
+    t_epsilon: float = Field(1.0, gt=0, description="ε of Eq. (1)")
+    t_omega: float = Field(0.25, gt=0, description="ω of the block, the same for every depth (ω = 1 explodes with N)")
+    t_kappa: float | None = Field(None, gt=0, description="κ of the attention; null = 1/√m")
+    t_causal: bool = True
+
+
 R = TypeVar("R", bound=Recipe)
 
 

@@ -129,3 +129,31 @@ def test_help_explains_every_option():
     r = invoke("approx-error", "--help")
     for option in ("--max-log2m", "--repeats", "--protocol", "--seed", "--device", "--out", "--set", "--dry-run", "--fresh"):
         assert option in r.stdout
+
+
+@pytest.mark.parametrize("args, words", [
+    (["--set", "t_batch_fraction=0"], ["t_batch_fraction"]),
+    (["--set", "log2m=[]"], ["log2m"]),
+    (["--parts", "prefix,bogus"], ["parts.1", "bogus"]),
+    (["--set", "steps=1"], ["steps"]),
+    (["--device", "cuda"], ["CUDA"]),
+])
+def test_convergence_bad_values(tmp_path, monkeypatch, args, words):
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    r = invoke("convergence", "--out", tmp_path, *args)
+    assert_one_line_error(r, *words)
+    assert no_results(tmp_path)
+
+
+def test_convergence_small_run_resumes(tmp_path):
+    small = ["--set", "log2m=[3,5]", "--set", "steps=50", "--set", "t_depths=[1,2]", "--set", "t_widths=[8]",
+             "--set", "t_steps=20", "--set", "t_n=3", "--out", tmp_path]
+    r = invoke("convergence", *small)
+    assert r.exit_code == 0, r.output
+    folder = tmp_path / "convergence" / "default"
+    results = pd.read_csv(folder / "results.csv")
+    assert sorted(results.part.unique()) == ["prefix", "stand-in", "transformer"] and len(results) == 5
+    assert (folder / "convergence.png").exists() and (folder / "curves.csv").exists()
+    again = invoke("convergence", *small)
+    assert again.exit_code == 0
+    assert pd.read_json(folder / "run.json", typ="series")["skipped_points"] == 5
