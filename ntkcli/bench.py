@@ -112,3 +112,19 @@ def approx_error_wall_time(max_log2m: int = 18) -> tuple[float, pd.DataFrame]:
         timings = pd.read_csv(Path(tmp) / "approx-error" / "bench" / "timings.csv")
     per_m = timings.groupby("m", as_index=False).seconds.sum().rename(columns={"seconds": "seconds_all_units"})
     return total, per_m
+
+
+def ntk_closed_vs_autodiff(n: int = 128, d: int = 4, m: int = 1024) -> pd.DataFrame:
+    """Paper 1's full NTK at n·d = 512 outputs: our closed form against torch.func's jacobian contraction."""
+    from .theory import one_token
+    from .theory.ntk import empirical_ntk
+
+    W, a = one_token.init(d, m, signs=True, seed=0)
+    X = torch.randn(n, d, generator=torch.Generator().manual_seed(1), dtype=W.dtype)
+    X = X / X.norm(dim=-1, keepdim=True)
+    closed = lambda: one_token.ntk_full(W, X, a)  # noqa: E731
+    auto = lambda: empirical_ntk(lambda p, x: one_token.model(p["W"], x, a), {"W": W}, X) / m  # noqa: E731
+    t_closed, t_auto = median_seconds(closed, auto, repeats=5, warmup=1)
+    gap = ((closed() - auto()).norm() / auto().norm()).item()
+    return pd.DataFrame([{"n": n, "d": d, "m": m, "outputs": n * d, "closed_ms": 1e3 * t_closed,
+                          "autodiff_ms": 1e3 * t_auto, "speedup": t_auto / t_closed, "relative_gap": gap}])

@@ -185,7 +185,8 @@ def convergence(
 @app.command("bench")
 def bench(
     suite: str = typer.Option("all", "--suite", help="attention (forward vs SDPA), prefix (vs exact SDPA over "
-                              "[prefix; input], m = 2^10 … 2^18), approx-error (wall time of the CPU default), or all."),
+                              "[prefix; input], m = 2^10 … 2^18), approx-error (wall time of the CPU default), "
+                              "ntk (closed-form vs autodiff NTK at n·d = 512), or all."),
     device: str = typer.Option("cpu", "--device", help="cpu or cuda."),
     out: str = typer.Option("outputs", "--out", help="Root folder; CSVs go to <out>/bench/."),
 ) -> None:
@@ -193,7 +194,7 @@ def bench(
     from . import bench as b
     from .runs import atomic_write
 
-    suites = ("attention", "prefix", "approx-error")
+    suites = ("attention", "prefix", "approx-error", "ntk")
     with user_errors():
         if suite not in suites + ("all",):
             raise UserError(f"unknown --suite {suite!r}; choose one of {', '.join(suites)} or all")
@@ -220,4 +221,6 @@ def bench(
         total, per_m = b.approx_error_wall_time()
         save("approx_error_time.csv", per_m.assign(total_seconds=total),
              f"approx-error CPU default at --max-log2m 18: {total:.1f} s in all; seconds per m (stream + methods)")
+    if "ntk" in chosen:
+        save("ntk.csv", b.ntk_closed_vs_autodiff(), "paper 1's full NTK: closed form vs torch.func (float64)")
     err_console.print(f"wrote {folder}/")

@@ -56,7 +56,7 @@ def test_lemma41_identity_holds_with_the_exact_layer_kernels():
 
 def test_gradient_descent_with_small_step_decreases_prefix_loss_every_step():
     cfg = ConvergenceRecipe(d=3, n=4, steps=300, lr=0.2, checkpoints=2)
-    row, losses = convergence.run_prefix(cfg, 64, seed=0)
+    row, losses, _ = convergence.run_prefix(cfg, 64, seed=0)
     assert np.all(np.diff(losses) < 0)
     assert losses[-1] < 0.5 * losses[0]
     assert row["rate_fit"] > 0
@@ -65,7 +65,8 @@ def test_gradient_descent_with_small_step_decreases_prefix_loss_every_step():
 def test_kernel_drift_shrinks_as_the_prefix_grows():
     """Fixed seeds; same data and step rule: 64× more prefix rows gives at least 3× less kernel drift."""
     cfg = ConvergenceRecipe(d=3, n=4, steps=400, lr=1.0, checkpoints=2)
-    small, _ = convergence.run_prefix(cfg, 64, seed=0)
-    large, _ = convergence.run_prefix(cfg, 4096, seed=0)
+    small, _, drifts = convergence.run_prefix(cfg, 64, seed=0)
+    large, _, _ = convergence.run_prefix(cfg, 4096, seed=0)
     assert large["kernel_drift"] < small["kernel_drift"] / 3
     assert large["max_w_move"] < small["max_w_move"]
+    assert drifts[0] == 0.0 and drifts[399] == small["kernel_drift"]

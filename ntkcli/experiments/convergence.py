@@ -60,11 +60,11 @@ def _gradient_descent(fn, params: dict, X, Y, steps: int, lr: float, on_checkpoi
         loss = 0.5 * (torch.func.vmap(fn, in_dims=(None, 0))(params, X) - Y).pow(2).sum()
         grads = torch.autograd.grad(loss, list(params.values()))
         losses.append(loss.item())
+        if t in marks and on_checkpoint is not None:  # the state whose loss is losses[t]
+            on_checkpoint(t, {k: v.detach() for k, v in params.items()})
         with torch.no_grad():
             for p, g in zip(params.values(), grads):
                 p -= eta * g
-        if t in marks and on_checkpoint is not None:
-            on_checkpoint(t, {k: v.detach() for k, v in params.items()})
     return np.array(losses), K0, eta, {k: v.detach() for k, v in params.items()}
 
 
@@ -73,17 +73,17 @@ def run_prefix(cfg: ConvergenceRecipe, m: int, seed: int) -> tuple[dict, np.ndar
     W0, a = one_token.init(cfg.d, m, signs=cfg.signs, seed=seed_for(seed, m))
     H0 = one_token.ntk_full(W0, X, a)
     H39 = one_token.ntk_def39(W0, X, a)
-    drifts = []
+    drifts = {}
     fn = lambda p, x: one_token.model(p["W"], x, a)  # noqa: E731
-    record = lambda t, p: drifts.append(_rel(one_token.ntk_full(p["W"], X, a), H0))  # noqa: E731
+    record = lambda t, p: drifts.update({t: _rel(one_token.ntk_full(p["W"], X, a), H0)})  # noqa: E731
     losses, K0, eta, final = _gradient_descent(fn, {"W": W0}, X, Y, cfg.steps, cfg.lr, record, cfg.checkpoints)
     lam_k = torch.linalg.eigvalsh(K0)
     row = {"loss_0": losses[0], "loss_final": losses[-1], "rate_fit": fit_rate(losses),
            "rate_theory": 2 * eta * lam_k[0].item(), "eta": eta,
            "lambda_min_full": torch.linalg.eigvalsh(H0)[0].item(), "lambda_min_def39": torch.linalg.eigvalsh(H39)[0].item(),
            "def39_vs_full": _rel(H39, H0), "max_w_move": (final["W"] - W0).norm(dim=0).max().item(),
-           "kernel_drift": drifts[-1], "kernel_drift_max": max(drifts)}
-    return row, losses
+           "kernel_drift": drifts[cfg.steps - 1], "kernel_drift_max": max(drifts.values())}
+    return row, losses, drifts
 
 
 def run_stand_in(cfg: ConvergenceRecipe, m: int, seed: int) -> tuple[dict, np.ndarray]:
@@ -100,7 +100,7 @@ def run_stand_in(cfg: ConvergenceRecipe, m: int, seed: int) -> tuple[dict, np.nd
     start_gap = _rel(torch.func.vmap(fn, in_dims=(None, 0))({"Z": Z, "k": kvec}, X), one_token.model(W0, X, a))
     losses, K0, eta, _ = _gradient_descent(fn, {"Z": Z, "k": kvec}, X, Y, cfg.steps, cfg.lr)
     return {"loss_0": losses[0], "loss_final": losses[-1], "rate_fit": fit_rate(losses), "eta": eta,
-            "rate_theory": 2 * eta * torch.linalg.eigvalsh(K0)[0].item(), "init_vs_prefix": start_gap}, losses
+            "rate_theory": 2 * eta * torch.linalg.eigvalsh(K0)[0].item(), "init_vs_prefix": start_gap}, losses, {}
 
 
 def _lemma41(params, frozen, X, Y, shape) -> tuple[float, float]:
@@ -159,12 +159,14 @@ def run_transformer(cfg: ConvergenceRecipe, depth: int, m: int, seed: int) -> tu
             "max_w_move": (final["W"] - params["W"]).norm(dim=1).max().item(),
             "paper_H_vs_full": float(np.mean(paper_gap)), "lemma41_exact_err": lemma_exact,
             "lemma41_paper_err": lemma_paper, "model_size": shape.size,
-            "compute": shape.size * cfg.t_steps * batch}, losses
+            "compute": shape.size * cfg.t_steps * batch}, losses, {}
 
 
-def _curve(part: str, depth: int, m: int, seed: int, losses: np.ndarray) -> pd.DataFrame:
-    steps = np.unique(np.geomspace(1, len(losses), 120).astype(int) - 1)
-    return pd.DataFrame({"part": part, "depth": depth, "m": m, "seed": seed, "step": steps, "loss": losses[steps]})
+def _curve(part: str, depth: int, m: int, seed: int, losses: np.ndarray, drifts: dict) -> pd.DataFrame:
+    """The loss at ~120 log-spaced steps, plus the kernel drift at the checkpoints where it was measured."""
+    steps = np.unique(np.concatenate([np.geomspace(1, len(losses), 120).astype(int) - 1, list(drifts)]).astype(int))
+    return pd.DataFrame({"part": part, "depth": depth, "m": m, "seed": seed, "step": steps, "loss": losses[steps],
+                         "kernel_drift": [drifts.get(t, np.nan) for t in steps]})
 
 
 def run(cfg: ConvergenceRecipe, run: Run) -> dict[str, pd.DataFrame]:
@@ -187,13 +189,13 @@ def run(cfg: ConvergenceRecipe, run: Run) -> dict[str, pd.DataFrame]:
         for part, depth, m, seed in todo:
             base = seed_for(cfg.seed, seed)
             if part == "prefix":
-                row, losses = run_prefix(cfg, m, base)
+                row, losses, drifts = run_prefix(cfg, m, base)
             elif part == "stand-in":
-                row, losses = run_stand_in(cfg, m, base)
+                row, losses, drifts = run_stand_in(cfg, m, base)
             else:
-                row, losses = run_transformer(cfg, depth, m, base)
+                row, losses, drifts = run_transformer(cfg, depth, m, base)
             rows.append({"part": part, "depth": depth, "m": m, "seed": seed, **row})
-            curves.append(_curve(part, depth, m, seed, losses))
+            curves.append(_curve(part, depth, m, seed, losses, drifts))
             run.save_csv("curves.csv", pd.concat(curves, ignore_index=True))
             run.save_csv("results.csv", pd.DataFrame(rows))
             advance(1)
@@ -248,7 +250,7 @@ def plot(results: pd.DataFrame, curves: pd.DataFrame, fits: pd.DataFrame):
     fig, axes = plt.subplots(2, 2, figsize=(13, 9.5))
     ax = axes[0][0]
     for m, grp in curves[curves.part == "prefix"].groupby("m"):
-        g = grp.groupby("step").loss.mean()
+        g = grp.groupby("step").loss.mean()  # kernel_drift over training is in curves.csv
         ax.plot(g.index + 1, g.values, label=f"prefix m=2^{int(math.log2(m))}")
     for m, grp in curves[curves.part == "stand-in"].groupby("m"):
         g = grp.groupby("step").loss.mean()

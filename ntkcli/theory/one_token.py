@@ -41,21 +41,22 @@ def _paths(W: Tensor, X: Tensor, a: Tensor) -> tuple[Tensor, Tensor]:
     return A, B
 
 
+def _kernel(W: Tensor, X: Tensor, a: Tensor, *, both_paths: bool) -> Tensor:
+    """(1/m)·J Jᵀ from the closed-form Jacobian ∂F_k(x_i)/∂W_{c,r} = A_{i,r} δ_{kc} + B_{i,k,r} x_{i,c}."""
+    n, d, m = X.shape[0], W.shape[0], W.shape[1]
+    A, B = _paths(W, X, a)
+    J = B.unsqueeze(2) * X[:, None, :, None]  # [n, k, c, r]
+    if both_paths:
+        J = J + A[:, None, None, :] * torch.eye(d, dtype=W.dtype, device=W.device)[None, :, :, None]
+    J = J.reshape(n * d, d * m)
+    return J @ J.T / m
+
+
 def ntk_def39(W: Tensor, X: Tensor, a: Tensor) -> Tensor:
     """Def 3.9: [H_{k1,k2}]_{i,j} = (1/m) x_iᵀx_j Σ_r ⟨v_{k1,r}, S_i⟩ m S_{i,r} ⟨v_{k2,r}, S_j⟩ m S_{j,r}."""
-    n, d, m = X.shape[0], W.shape[0], W.shape[1]
-    _, B = _paths(W, X, a)
-    H = torch.einsum("ij,ikr,jlr->ikjl", X @ X.T, B, B) / m
-    return H.reshape(n * d, n * d)
+    return _kernel(W, X, a, both_paths=False)
 
 
 def ntk_full(W: Tensor, X: Tensor, a: Tensor) -> Tensor:
     """The full NTK (1/m)·Σ_r ⟨∂F_{k1}(x_i)/∂w_r, ∂F_{k2}(x_j)/∂w_r⟩, both paths of Claim D.12 (ours)."""
-    n, d, m = X.shape[0], W.shape[0], W.shape[1]
-    A, B = _paths(W, X, a)
-    eye = torch.eye(d, dtype=W.dtype, device=W.device)
-    AA = torch.einsum("ir,jr,kl->ikjl", A, A, eye)
-    AB = torch.einsum("ir,jlr,jk->ikjl", A, B, X)  # A_i e_{k1} · B_{j,k2} x_j = A_i B_j x_{j,k1}
-    BA = torch.einsum("ikr,jr,il->ikjl", B, A, X)  # B_{i,k1} x_i · A_j e_{k2} = B_i A_j x_{i,k2}
-    BB = torch.einsum("ij,ikr,jlr->ikjl", X @ X.T, B, B)
-    return ((AA + AB + BA + BB) / m).reshape(n * d, n * d)
+    return _kernel(W, X, a, both_paths=True)
