@@ -141,8 +141,6 @@ def approx_error(
     err_console.print(f"wrote {run.dir}/results.csv, summary.csv, approx_error.png, run.json")
 
 
-
-
 @app.command("convergence")
 def convergence(
     recipe: Optional[Path] = RecipeArg,

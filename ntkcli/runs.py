@@ -116,7 +116,7 @@ class Run:
     def finish(self, **extra) -> dict:
         """Write run.json: versions, device, seed, git commit, wall time, and what the experiment adds."""
         info = {
-            "command_recipe": self.recipe.name,
+            "recipe": self.recipe.name,
             "ntkcli": __version__,
             "python": platform.python_version(),
             "torch": torch.__version__,
