@@ -128,18 +128,21 @@ def _ntk_output(method: str, cfg: ApproxErrorRecipe, dr: Draw, ex: Exact, compre
     if method == "infinite-limit":
         mean_p, lse_p = infinite_prefix_limit(ex.q[test], dr.w_k, dr.w_v, sigma=cfg.prefix_std, scale=s, m=ex.m)
         return merge(ex.mean_x[test], ex.lse_x[test], mean_p, lse_p)[0]
-    f, c = feature_map(FEATURES[method], cfg.d, cfg.favor_features, seed)(ex.q * math.sqrt(s))
+    phi = feature_map(FEATURES[method], cfg.d, cfg.favor_features, seed)
+    f, c = phi(ex.q[test] * math.sqrt(s))  # features of the training queries only where a fit needs them
     if method.startswith("compress-"):
         Z, kvec, log_scale = compressed[method][ex.m]
-    elif method == "fit-lstsq":
-        Z, kvec, log_scale = fit_prefix_lstsq(_flat(f[train]), _flat(c[train]), _flat(ex.mean_p[train]),
-                                              _flat(ex.lse_p[train]), ridge=cfg.ridge)
     else:
-        target = merge(ex.mean_x[train], ex.lse_x[train], ex.mean_p[train], ex.lse_p[train])[0]
-        Z, kvec, log_scale = fit_prefix_adam(
-            _flat(f[train]), _flat(c[train]), _flat(ex.mean_x[train]), _flat(ex.lse_x[train]), _flat(target),
-            _flat(ex.lse_p[train]), steps=cfg.adam_steps, lr=cfg.adam_lr, batch=cfg.adam_batch, seed=seed)
-    return ntk_combine(ex.mean_x[test], ex.lse_x[test], f[test], c[test], Z, kvec, log_scale)
+        f_train, c_train = (_flat(t) for t in phi(ex.q[train] * math.sqrt(s)))
+        if method == "fit-lstsq":
+            Z, kvec, log_scale = fit_prefix_lstsq(f_train, c_train, _flat(ex.mean_p[train]),
+                                                  _flat(ex.lse_p[train]), ridge=cfg.ridge)
+        else:
+            target = merge(ex.mean_x[train], ex.lse_x[train], ex.mean_p[train], ex.lse_p[train])[0]
+            Z, kvec, log_scale = fit_prefix_adam(
+                f_train, c_train, _flat(ex.mean_x[train]), _flat(ex.lse_x[train]), _flat(target),
+                _flat(ex.lse_p[train]), steps=cfg.adam_steps, lr=cfg.adam_lr, batch=cfg.adam_batch, seed=seed)
+    return ntk_combine(ex.mean_x[test], ex.lse_x[test], f, c, Z, kvec, log_scale)
 
 
 def errors(T: Tensor, exact: Tensor, qk_max: Tensor) -> tuple[float, float]:
