@@ -49,7 +49,9 @@ def test_lemma41_identity_holds_with_the_exact_layer_kernels():
     params, frozen = transformer.init(shape, seed=0)
     g = torch.Generator().manual_seed(5)
     X, Y = torch.randn(4, 3, 4, generator=g, dtype=D), torch.randn(4, 3, 4, generator=g, dtype=D)
-    exact_err, paper_err = convergence._lemma41(params, frozen, X, Y, shape)
+    kernels = [(transformer.layer_kernel_full(params, frozen, X, shape, nu),
+                transformer.layer_kernel_paper(params, frozen, X, shape, nu)[0]) for nu in range(shape.depth)]
+    exact_err, paper_err = convergence._lemma41(params, frozen, X, Y, shape, kernels)
     assert exact_err < 1e-10
     assert paper_err > 1e-4  # the paper's H ⊗ I_d is an approximation
 

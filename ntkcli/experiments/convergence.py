@@ -50,7 +50,10 @@ def _prefix_data(cfg: ConvergenceRecipe, seed: int) -> tuple[torch.Tensor, torch
 
 
 def _gradient_descent(fn, params: dict, X, Y, steps: int, lr: float, on_checkpoint=None, checkpoints: int = 0):
-    """Full-batch GD on ½Σ‖fn(params, x_i) − y_i‖², step lr/λ_max(JJᵀ at init); returns losses and K(0)."""
+    """Full-batch GD on ½Σ‖fn(params, x_i) − y_i‖², step lr/λ_max(JJᵀ at init).
+
+    Returns (losses, K(0) = JJᵀ at init, the step η, the final params).
+    """
     K0 = empirical_ntk(fn, params, X)
     eta = lr / torch.linalg.eigvalsh(K0)[-1].item()
     params = {k: v.clone().requires_grad_() for k, v in params.items()}
@@ -68,7 +71,7 @@ def _gradient_descent(fn, params: dict, X, Y, steps: int, lr: float, on_checkpoi
     return np.array(losses), K0, eta, {k: v.detach() for k, v in params.items()}
 
 
-def run_prefix(cfg: ConvergenceRecipe, m: int, seed: int) -> tuple[dict, np.ndarray]:
+def run_prefix(cfg: ConvergenceRecipe, m: int, seed: int) -> tuple[dict, np.ndarray, dict]:
     X, Y = _prefix_data(cfg, seed)
     W0, a = one_token.init(cfg.d, m, signs=cfg.signs, seed=seed_for(seed, m))
     H0 = one_token.ntk_full(W0, X, a)
@@ -86,7 +89,7 @@ def run_prefix(cfg: ConvergenceRecipe, m: int, seed: int) -> tuple[dict, np.ndar
     return row, losses, drifts
 
 
-def run_stand_in(cfg: ConvergenceRecipe, m: int, seed: int) -> tuple[dict, np.ndarray]:
+def run_stand_in(cfg: ConvergenceRecipe, m: int, seed: int) -> tuple[dict, np.ndarray, dict]:
     """NTK-Attention with one token: F̂(x) = m·φ(x)Z / φ(x)k, (Z, k) from Eq. 4 on the prefix W(0)."""
     X, Y = _prefix_data(cfg, seed)
     W0, a = one_token.init(cfg.d, m, signs=cfg.signs, seed=seed_for(seed, m))
@@ -103,8 +106,11 @@ def run_stand_in(cfg: ConvergenceRecipe, m: int, seed: int) -> tuple[dict, np.nd
             "rate_theory": 2 * eta * torch.linalg.eigvalsh(K0)[0].item(), "init_vs_prefix": start_gap}, losses, {}
 
 
-def _lemma41(params, frozen, X, Y, shape) -> tuple[float, float]:
-    """dL/dt under gradient flow, −‖∇θ L‖², against Lemma 4.1's −Σ_ν gᵀ(H ⊗ I)g with the exact and the paper's H."""
+def _lemma41(params, frozen, X, Y, shape, kernels) -> tuple[float, float]:
+    """dL/dt under gradient flow, −‖∇θ L‖², against Lemma 4.1's −Σ_ν gᵀ(H ⊗ I)g with the exact and the paper's H.
+
+    kernels[ν] = (exact K_ν, paper H_ν) at these params.
+    """
     params = {k: v.clone().requires_grad_() for k, v in params.items()}
     lam, mus = X + frozen["E"], []
     for nu in range(shape.depth):
@@ -113,17 +119,15 @@ def _lemma41(params, frozen, X, Y, shape) -> tuple[float, float]:
     loss = (shape.epsilon * lam - Y).pow(2).sum() / X.shape[0]
     g_mu = torch.autograd.grad(loss, mus, retain_graph=True)
     truth = sum(g.pow(2).sum() for g in torch.autograd.grad(loss, list(params.values())))
-    p = {k: v.detach() for k, v in params.items()}
     exact = paper = 0.0
-    for nu, g in enumerate(g_mu):
+    for g, (K, H) in zip(g_mu, kernels):
         flat = g.reshape(-1)
-        exact += flat @ transformer.layer_kernel_full(p, frozen, X, shape, nu) @ flat
-        H, _ = transformer.layer_kernel_paper(p, frozen, X, shape, nu)
+        exact += flat @ K @ flat
         paper += (g.reshape(-1, shape.d) * (H @ g.reshape(-1, shape.d))).sum()
     return abs(exact / truth - 1).item(), abs(paper / truth - 1).item()
 
 
-def run_transformer(cfg: ConvergenceRecipe, depth: int, m: int, seed: int) -> tuple[dict, np.ndarray]:
+def run_transformer(cfg: ConvergenceRecipe, depth: int, m: int, seed: int) -> tuple[dict, np.ndarray, dict]:
     shape = transformer.Shape(d=cfg.t_d, m=m, depth=depth, seq_len=cfg.t_seq_len, epsilon=cfg.t_epsilon,
                               omega=cfg.t_omega, kappa=cfg.t_kappa, causal=cfg.t_causal)
     params, frozen = transformer.init(shape, seed_for(seed, depth, m))
@@ -133,12 +137,11 @@ def run_transformer(cfg: ConvergenceRecipe, depth: int, m: int, seed: int) -> tu
     Y = torch.randn(cfg.t_n, cfg.t_seq_len, cfg.t_d, generator=g, dtype=D) / math.sqrt(cfg.t_d)
     fn = lambda p, x: transformer.forward(p, frozen, x, shape)  # noqa: E731
     K0 = empirical_ntk(fn, params, X)
-    lam_h = [torch.linalg.eigvalsh(transformer.layer_kernel_paper(params, frozen, X, shape, nu)[1])[0].item()
-             / shape.omega for nu in range(depth)]
-    paper_gap = [_rel(torch.kron(transformer.layer_kernel_paper(params, frozen, X, shape, nu)[0],
-                                 torch.eye(cfg.t_d, dtype=D)), transformer.layer_kernel_full(params, frozen, X, shape, nu))
-                 for nu in range(depth)]
-    lemma_exact, lemma_paper = _lemma41(params, frozen, X, Y, shape)
+    full = [transformer.layer_kernel_full(params, frozen, X, shape, nu) for nu in range(depth)]
+    paper = [transformer.layer_kernel_paper(params, frozen, X, shape, nu) for nu in range(depth)]  # (H, H')
+    lam_h = [torch.linalg.eigvalsh(h_prime)[0].item() / shape.omega for _, h_prime in paper]
+    paper_gap = [_rel(torch.kron(H, torch.eye(cfg.t_d, dtype=D)), K) for K, (H, _) in zip(full, paper)]
+    lemma_exact, lemma_paper = _lemma41(params, frozen, X, Y, shape, [(K, H) for K, (H, _) in zip(full, paper)])
     batch = max(1, round(cfg.t_batch_fraction * cfg.t_n))
     p = {k: v.clone().requires_grad_() for k, v in params.items()}
     losses = []
