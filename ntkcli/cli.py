@@ -21,7 +21,8 @@ from rich.markup import escape
 from rich.table import Table
 
 from .errors import UserError
-from .recipes import ApproxErrorRecipe, ConvergenceRecipe, Recipe, load_recipe, parse_overrides
+from .recipes import (ApproxErrorRecipe, ConvergenceRecipe, FinetuneRecipe, Recipe, load_recipe, method_label,
+                      parse_overrides)
 from .runs import Run, resolve_device
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, rich_markup_mode="rich",
@@ -178,6 +179,51 @@ def convergence(
     print_table(tables["transformer"], "paper 2: N-layer transformer, SGD")
     print_table(tables["fits"], "log-log fits")
     err_console.print(f"wrote {run.dir}/results.csv, curves.csv, summary.csv, convergence.png, run.json")
+
+
+@app.command("finetune")
+def finetune(
+    recipe: Path = typer.Argument(..., help="YAML recipe (e.g. recipes/digits_vit.yaml).", show_default=False),
+    seed: Optional[int] = SeedOpt,
+    device: Optional[str] = DeviceOpt,
+    out: Optional[str] = OutOpt,
+    sets: list[str] = SetOpt,
+    dry_run: bool = DryRunOpt,
+    fresh: bool = FreshOpt,
+) -> None:
+    """Tables 1–2 (§5): NTK-Attention vs P-Tuning v2 vs LoRA vs full fine-tuning, several seeds.
+
+    Loads the recipe's Hugging Face model and data (hub, local files, or the offline digits), injects
+    each method, trains with the Trainer and evaluates accuracy after every epoch. Writes results.csv
+    (method, seed, epoch), summary.csv (accuracy mean ± std, trainable parameters, time, memory) and
+    run.json to outputs/finetune/<recipe>/; re-running skips finished (method, seed) pairs.
+    Runs unchanged under torchrun and accelerate launch.
+    """
+    from .experiments import finetune as experiment
+
+    with user_errors():
+        cfg = _load(FinetuneRecipe, recipe, sets, seed=seed, device=device, out=out)
+        if dry_run:
+            _dry_run(cfg, [("methods", ", ".join(method_label(m) for m in cfg.methods)),
+                           ("seeds", str(len(cfg.seeds))), ("training runs", str(len(cfg.methods) * len(cfg.seeds))),
+                           ("epochs per run", str(cfg.train.epochs)),
+                           ("model", cfg.model.name_or_path or f"from config ({cfg.model.config.get('model_type')})"),
+                           ("data", cfg.data.path or f"{cfg.data.name} {cfg.data.config or ''}".strip())])
+            return
+        resolve_device(cfg.device)
+        run = Run("finetune", cfg, resumable=experiment.RESUMABLE, fresh=fresh, progress=_progress_factory())
+        tables = experiment.run(cfg, run)
+    if not experiment.is_main_process():
+        return
+    s = tables["summary"]
+    shown = pd.DataFrame({
+        "method": s.method,
+        "accuracy % (mean ± std)": [f"{100 * m:.2f} ± {100 * d:.2f}" for m, d in zip(s.accuracy_mean, s.accuracy_std)],
+        "best epoch %": 100 * s.best_epoch_accuracy_mean, "seeds": s.seeds,
+        "trainable params": s.trainable_params, "trainable %": s.trainable_pct,
+        "train s": s.train_seconds, "peak MiB": s.peak_mem_mb})
+    print_table(shown, f"finetune '{cfg.name}': final-epoch accuracy on {cfg.data.eval_split}")
+    err_console.print(f"wrote {run.dir}/results.csv, summary.csv, run.json")
 
 
 @app.command("bench")

@@ -1,0 +1,107 @@
+"""Fine-tuning methods on Hugging Face models: `inject(model, method, **options)`.
+
+ntk and ptuning-v2 live on the attention modules and run through transformers' AttentionInterface
+(or, for ChatGLM3's remote code, a core_attention wrapper); lora comes from peft; fft trains all.
+Adapters save as safetensors + JSON and load back onto the base model.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, replace
+from pathlib import Path
+
+import torch
+from torch import nn
+
+from . import chatglm, lora, ntk, ptuning_v2
+from .common import Options, attention_modules, count_parameters, freeze_backbone, head_shape, register
+
+INTERFACE_METHODS = {ntk.NAME: ntk, ptuning_v2.NAME: ptuning_v2}
+OPTIONS: dict[str, type[Options]] = {ntk.NAME: ntk.NTKOptions, ptuning_v2.NAME: ptuning_v2.PTuningOptions,
+                                     lora.NAME: lora.LoraOptions, "fft": Options}
+METHODS = tuple(OPTIONS)
+
+
+@dataclass
+class Injected:
+    model: nn.Module
+    method: str
+    options: dict
+    trainable: int
+    total: int
+
+
+def _inject_attention(model: nn.Module, method, opts: Options) -> None:
+    shape = head_shape(model.config)
+    gen = torch.Generator().manual_seed(opts.seed)
+    cores = chatglm.core_attention_modules(model)
+    if cores:
+        if getattr(opts, "init", None) == "prefix":
+            raise ValueError("init 'prefix' needs the layer's key/value projections, which ChatGLM fuses; "
+                             "use init zeros/paper (ntk) or normal (ptuning-v2)")
+        per_head = replace(shape, kv_heads=shape.heads)  # ChatGLM expands keys to every head before the call
+        for parent in cores:
+            core = chatglm.CoreAttention(method.forward)
+            method.add_parameters(core, per_head, opts, gen)
+            parent.core_attention = core.to(next(parent.parameters()).device)
+        return
+    modules = attention_modules(model)
+    if not modules:
+        raise ValueError(f"{type(model).__name__} has no attention modules with key/value projections to adapt")
+    for module in modules:
+        method.add_parameters(module, shape, opts, gen)
+    register(method.NAME, method.forward)
+    model.set_attn_implementation(method.NAME)
+
+
+def inject(model: nn.Module, method: str, **options) -> Injected:
+    """Freeze the backbone (the task head stays trainable) and add `method`'s trainable parameters."""
+    if method not in OPTIONS:
+        raise ValueError(f"unknown method {method!r}; choose one of {', '.join(METHODS)}")
+    opts = OPTIONS[method](**options)
+    if method == "fft":
+        model.requires_grad_(True)
+    elif method == lora.NAME:
+        model = lora.inject(model, opts)
+    else:
+        freeze_backbone(model)
+        _inject_attention(model, INTERFACE_METHODS[method], opts)
+    return Injected(model, method, opts.model_dump(), *count_parameters(model))
+
+
+def adapter_state(model: nn.Module) -> dict[str, torch.Tensor]:
+    """The tensors a saved adapter holds: every trainable parameter and the methods' buffers."""
+    buffers = {name for m in INTERFACE_METHODS.values() for name in m.STATE}
+    trainable = {n for n, p in model.named_parameters() if p.requires_grad}
+    return {n: t.detach().cpu().contiguous() for n, t in model.state_dict().items()
+            if n in trainable or n.rsplit(".", 1)[-1] in buffers}
+
+
+def save_adapter(injected: Injected, directory: str | Path) -> Path:
+    """adapter.safetensors + adapter_config.json in `directory`."""
+    from safetensors.torch import save_file
+
+    directory = Path(directory)
+    directory.mkdir(parents=True, exist_ok=True)
+    save_file(adapter_state(injected.model), directory / "adapter.safetensors")
+    (directory / "adapter_config.json").write_text(json.dumps({"method": injected.method, "options": injected.options}))
+    return directory
+
+
+def load_adapter(model: nn.Module, directory: str | Path) -> Injected:
+    """Inject the saved method into a fresh base model and load its tensors."""
+    from safetensors.torch import load_file
+
+    directory = Path(directory)
+    config = json.loads((directory / "adapter_config.json").read_text())
+    injected = inject(model, config["method"], **config["options"])
+    state = load_file(directory / "adapter.safetensors")
+    missing = sorted(set(state) - set(injected.model.state_dict()))
+    if missing:
+        raise ValueError(f"adapter in {directory} does not fit this model (no {missing[0]})")
+    injected.model.load_state_dict(state, strict=False)
+    return injected
+
+
+__all__ = ["METHODS", "OPTIONS", "Injected", "inject", "save_adapter", "load_adapter", "adapter_state"]

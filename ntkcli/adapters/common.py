@@ -1,0 +1,109 @@
+"""What every adapter shares: finding attention modules, head shapes, freezing, the random prefix."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from functools import partial
+from typing import Callable
+
+import torch
+from pydantic import BaseModel, ConfigDict
+from torch import Tensor, nn
+
+KEY_PROJ = ("key", "k_proj")
+VALUE_PROJ = ("value", "v_proj")
+HEAD_MODULES = ("classifier", "score")  # the task heads transformers' *ForSequence/ImageClassification add
+
+
+class Options(BaseModel):
+    """An adapter's options: unknown keys and wrong types are errors."""
+
+    model_config = ConfigDict(extra="forbid")
+
+
+@dataclass(frozen=True)
+class HeadShape:
+    """Query heads, key/value heads (fewer under grouped/multi-query attention), head dimension."""
+
+    heads: int
+    kv_heads: int
+    head_dim: int
+    hidden: int
+
+
+def head_shape(config) -> HeadShape:
+    config = getattr(config, "text_config", None) or config
+    heads = config.num_attention_heads
+    kv_heads = getattr(config, "num_key_value_heads", None) or heads
+    head_dim = getattr(config, "head_dim", None) or getattr(config, "kv_channels", None) or config.hidden_size // heads
+    return HeadShape(heads, kv_heads, head_dim, config.hidden_size)
+
+
+def _child(module: nn.Module, names: tuple[str, ...]) -> nn.Linear | None:
+    return next((getattr(module, n) for n in names if isinstance(getattr(module, n, None), nn.Linear)), None)
+
+
+def attention_modules(model: nn.Module) -> list[nn.Module]:
+    """The modules that call the attention interface: those holding key and value projections."""
+    return [m for m in model.modules() if _child(m, KEY_PROJ) is not None and _child(m, VALUE_PROJ) is not None]
+
+
+def module_device(module: nn.Module) -> torch.device:
+    return next(module.parameters(), torch.empty(0)).device
+
+
+def repeat_kv(x: Tensor, groups: int, dim: int = 1) -> Tensor:
+    """Grouped/multi-query attention: each key/value head serves `groups` query heads."""
+    return x if groups == 1 else x.repeat_interleave(groups, dim=dim)
+
+
+def random_prefix(module: nn.Module, shape: HeadShape, m: int, gen: torch.Generator) -> tuple[Tensor, Tensor]:
+    """An m-long prefix through the layer's own key and value projections: hidden states with
+    N(0, 1) entries (unit RMS, like layer-normed inputs) → (keys, values) [kv_heads, m, head_dim]."""
+    k_proj, v_proj = _child(module, KEY_PROJ), _child(module, VALUE_PROJ)
+    if k_proj is None or v_proj is None:
+        raise ValueError(f"init 'prefix' needs key/value projections named {KEY_PROJ}/{VALUE_PROJ}; "
+                         f"{type(module).__name__} has none")
+    w = k_proj.weight
+    x = torch.randn(m, shape.hidden, generator=gen, dtype=torch.float32).to(w.device, w.dtype)
+    with torch.no_grad():
+        keys, values = k_proj(x), v_proj(x)
+    split = lambda t: t.view(m, shape.kv_heads, shape.head_dim).transpose(0, 1).float()  # noqa: E731
+    return split(keys), split(values)
+
+
+def freeze_backbone(model: nn.Module) -> None:
+    """Freeze every weight but the task head (classifier/score), which stays trainable."""
+    for name, p in model.named_parameters():
+        p.requires_grad_(any(part in HEAD_MODULES for part in name.split(".")))
+
+
+def count_parameters(model: nn.Module) -> tuple[int, int]:
+    """(trainable, total) parameters."""
+    trainable = sum(p.numel() for p in model.parameters() if p.requires_grad)
+    return trainable, sum(p.numel() for p in model.parameters())
+
+
+def interface_call(method_forward: Callable) -> Callable:
+    """Wrap `method_forward(module, q, k, v, keep_mask, scale, is_causal, dropout)` (q/k/v [B, H, L, d],
+    k/v already repeated to H heads) as a transformers attention-interface function."""
+
+    def forward(module, query, key, value, attention_mask, scaling=None, dropout=0.0, **kwargs):
+        groups = query.shape[1] // key.shape[1]
+        scale = scaling if scaling is not None else 1.0 / math.sqrt(query.shape[-1])
+        is_causal = attention_mask is None and bool(getattr(module, "is_causal", False)) and query.shape[2] > 1
+        out = method_forward(module, query, repeat_kv(key, groups), repeat_kv(value, groups), attention_mask,
+                             scale, is_causal, dropout)
+        return out.transpose(1, 2).contiguous(), None
+
+    return forward
+
+
+def register(name: str, method_forward: Callable) -> None:
+    """Register an attention implementation and its mask (always materialised: True = attend)."""
+    from transformers import AttentionInterface
+    from transformers.masking_utils import AttentionMaskInterface, sdpa_mask
+
+    AttentionInterface.register(name, interface_call(method_forward))
+    AttentionMaskInterface.register(name, partial(sdpa_mask, allow_is_causal_skip=False))

@@ -1,0 +1,156 @@
+"""Data for fine-tuning: hub data sets, local files, or scikit-learn's digits, as (inputs, label) rows.
+
+Text tasks keep one or two strings per example, built from the recipe's field names or templates
+("{premise} What was the {question}?"), so pair tasks (RTE, CB, BoolQ) and tasks cast as pairs
+(COPA, MultiRC) share one path. Image tasks keep an image per example and turn it into
+pixel_values lazily.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+from ...errors import UserError
+from ...recipes import DataSpec
+
+SPLIT_FILES = {"train": ("train",), "validation": ("validation", "val", "dev"), "test": ("test",)}
+SUFFIXES = {".jsonl": "json", ".json": "json", ".tsv": "csv", ".csv": "csv", ".parquet": "parquet"}
+FIELD = re.compile(r"\{(\w+)\}")
+
+
+def _local_split(path: Path, split: str):
+    """(builder, load_dataset keywords) for one split of a local folder or file."""
+    if path.is_file():
+        files = [path]
+    else:
+        stems = SPLIT_FILES.get(split, (split,))
+        files = [path / f"{s}{suffix}" for s in stems for suffix in SUFFIXES if (path / f"{s}{suffix}").is_file()]
+        folders = [path / s for s in stems if (path / s).is_dir()]
+        if not files and folders:
+            return "imagefolder", {"data_dir": str(folders[0])}
+    if not files or files[0].suffix not in SUFFIXES:
+        looked = ", ".join(f"{s}{{{','.join(SUFFIXES)}}}" for s in SPLIT_FILES.get(split, (split,)))
+        raise UserError(f"no {split} data in {path} (looked for {looked} or an image folder)")
+    extra = {"delimiter": "\t", "quoting": 3} if files[0].suffix == ".tsv" else {}  # GLUE TSV: no quoting
+    return SUFFIXES[files[0].suffix], {"data_files": str(files[0]), **extra}
+
+
+def _load(spec: DataSpec, split: str):
+    from datasets import load_dataset
+
+    if spec.path is not None:
+        path = Path(spec.path).expanduser()
+        if not path.exists():
+            raise UserError(f"data path not found: {path}")
+        builder, kwargs = _local_split(path, split)
+        try:
+            return load_dataset(builder, split="train", **kwargs)
+        except Exception as err:  # noqa: BLE001 — any parser failure is the user's file
+            raise UserError(f"cannot read {split} data from {path}: {str(err).splitlines()[0]}") from None
+    try:
+        return load_dataset(spec.name, spec.config, split=split)
+    except Exception as err:  # noqa: BLE001 — offline, unknown name, unknown split: all one clear line
+        raise UserError(f"data set {spec.name!r} ({spec.config or 'default'}, split {split}) is not reachable: "
+                        f"{str(err).splitlines()[0] if str(err) else type(err).__name__} "
+                        "(offline? use --set data.path=DIR with local files)") from None
+
+
+def _digits(spec: DataSpec, classes: list[int] | None, seed: int, split: str):
+    """scikit-learn's 8×8 digits (values scaled to [0, 1]), a seeded stratified split."""
+    from datasets import Dataset
+    from sklearn.datasets import load_digits
+    from sklearn.model_selection import train_test_split
+
+    digits = load_digits()
+    keep = np.isin(digits.target, classes) if classes is not None else np.ones(len(digits.target), bool)
+    images, labels = digits.images[keep] / 16.0, digits.target[keep]
+    train, held = train_test_split(np.arange(len(labels)), test_size=spec.eval_fraction, random_state=seed,
+                                   stratify=labels)
+    rows = train if split == spec.train_split else held
+    return Dataset.from_dict({"image": images[rows].astype(np.float32), "label": labels[rows]})
+
+
+def _text(row: dict, field: str) -> str:
+    """A field's text: a name, alternatives 'premise|sentence1' (the first present), or a template."""
+    names = FIELD.findall(field) or [next((n for n in field.split("|") if n in row), field)]
+    missing = [n for n in names if n not in row]
+    if missing:
+        raise UserError(f"the data has no field '{missing[0]}' (it has: {', '.join(row)})")
+    return field.format(**row) if FIELD.search(field) else str(row[names[0]])
+
+
+def _label(value, spec: DataSpec) -> int:
+    if isinstance(value, str):
+        if spec.label_names is None:
+            raise UserError(f"labels are strings (e.g. {value!r}); list them in data.label_names")
+        if value not in spec.label_names:
+            raise UserError(f"label {value!r} is not in data.label_names {spec.label_names}")
+        return spec.label_names.index(value)
+    return int(value)
+
+
+def load_split(spec: DataSpec, split: str, seed: int, classes: list[int] | None = None, limit: int | None = None):
+    """One split as a datasets.Dataset with `label` in 0 … n−1 and `text_a`[, `text_b`] or `image`."""
+    classes = classes if classes is not None else spec.classes
+    ds = _digits(spec, classes, seed, split) if spec.name == "digits" and spec.path is None else _load(spec, split)
+    if spec.label_field not in ds.column_names:
+        raise UserError(f"the data has no label field '{spec.label_field}' (it has: {', '.join(ds.column_names)})")
+    if limit is not None and len(ds) > limit:
+        ds = ds.shuffle(seed=seed).select(range(limit))
+    image = spec.image_field
+    if image is not None and image not in ds.column_names:
+        raise UserError(f"the data has no image field '{image}' (it has: {', '.join(ds.column_names)})")
+
+    def convert(row: dict) -> dict:
+        out = {"_label": _label(row[spec.label_field], spec)}
+        if image is None:
+            out.update({f"text_{'ab'[i]}": _text(row, f) for i, f in enumerate(spec.text_fields)})
+        return out
+
+    keep = [image] if image is not None else []
+    ds = ds.map(convert, remove_columns=[c for c in ds.column_names if c not in keep]).rename_column("_label", "label")
+    if image is not None and image != "image":
+        ds = ds.rename_column(image, "image")
+    if classes is not None:
+        ds = ds.filter(lambda r: r["label"] in classes)
+        ds = ds.map(lambda r: {"label": classes.index(r["label"])})
+    bad = [y for y in set(ds["label"]) if not 0 <= y < (len(classes) if classes else spec.num_labels)]
+    if bad:
+        raise UserError(f"label {bad[0]} is outside 0 … {spec.num_labels - 1}; check data.num_labels "
+                        f"(or data.classes) for the {split} split")
+    return ds
+
+
+def tokenize(ds, tokenizer, max_length: int):
+    """input_ids etc. for one or two text fields; a pair is cut to max_length per field, longest first."""
+    pair = "text_b" in ds.column_names
+
+    def encode(batch):
+        args = (batch["text_a"], batch["text_b"]) if pair else (batch["text_a"],)
+        return tokenizer(*args, truncation=True, max_length=max_length * len(args))
+
+    return ds.map(encode, batched=True, remove_columns=[c for c in ds.column_names if c.startswith("text_")])
+
+
+def pixels(image, size: int, channels: int) -> torch.Tensor:
+    """An image (PIL, or an array in [0, 1]) as a [channels, size, size] tensor normalised to [-1, 1]."""
+    if hasattr(image, "convert"):
+        image = np.asarray(image.convert("RGB" if channels == 3 else "L"), dtype=np.float32) / 255.0
+    t = torch.as_tensor(np.asarray(image, dtype=np.float32))
+    t = t.unsqueeze(0) if t.ndim == 2 else t.permute(2, 0, 1)
+    t = t.expand(channels, -1, -1) if t.shape[0] == 1 else t[:channels]
+    if t.shape[-2:] != (size, size):
+        t = F.interpolate(t[None], size=(size, size), mode="bilinear", antialias=True, align_corners=False)[0]
+    return (t - 0.5) / 0.5
+
+
+def with_pixels(ds, size: int, channels: int):
+    """The dataset with `image` turned into `pixel_values` on access."""
+    def transform(batch):
+        return {"pixel_values": [pixels(img, size, channels) for img in batch["image"]], "label": batch["label"]}
+    return ds.with_transform(transform)

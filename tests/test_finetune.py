@@ -1,0 +1,104 @@
+"""`ntk finetune` end to end, offline: digits with a pretrained tiny ViT, MiniLM on local RTE files."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pandas as pd
+import pytest
+import yaml
+
+from test_cli import assert_one_line_error, invoke, no_results
+
+RECIPES = Path(__file__).resolve().parents[1] / "recipes"
+FINETUNE_RECIPES = sorted(p for p in RECIPES.glob("*.yaml") if "model" in yaml.safe_load(p.read_text()))
+QUICK_DIGITS = ["--set", "pretrain.epochs=2", "--set", "train.epochs=1", "--set", "seeds=[0]",
+                "--set", "methods=[{method: ntk}, {method: lora, r: 2}]"]
+
+
+def write_rte(folder: Path, kind: str) -> Path:
+    """A small RTE in GLUE's TSV layout (train.tsv, dev.tsv) or SuperGLUE's JSONL (train.jsonl, val.jsonl)."""
+    folder.mkdir()
+    rows = [(f'The "team" {v} the bridge on day {i}.', f"The team {v if i % 2 == 0 else 'never ' + v} the bridge.",
+             "entailment" if i % 2 == 0 else "not_entailment") for i, v in enumerate(["crossed", "built", "sold"] * 8)]
+    for split, part in (("train", rows[:16]), ("dev" if kind == "glue" else "val", rows[16:])):
+        if kind == "glue":
+            lines = ["index\tsentence1\tsentence2\tlabel"] + [f"{i}\t{a}\t{b}\t{y}" for i, (a, b, y) in enumerate(part)]
+            (folder / f"{split}.tsv").write_text("\n".join(lines) + "\n")
+        else:
+            lines = [json.dumps({"premise": a, "hypothesis": b, "label": y, "idx": i}) for i, (a, b, y) in enumerate(part)]
+            (folder / f"{split}.jsonl").write_text("\n".join(lines) + "\n")
+    return folder
+
+
+@pytest.mark.parametrize("kind", ["glue", "superglue"])
+def test_minilm_rte_runs_on_local_files(tmp_path, kind):
+    data = write_rte(tmp_path / kind, kind)
+    r = invoke("finetune", RECIPES / "minilm_rte.yaml", "--set", f"data.path={data}", "--device", "cpu",
+               "--set", "seeds=[0]", "--set", "train.epochs=1", "--set", "methods=[{method: ntk}]", "--out", tmp_path)
+    assert r.exit_code == 0, r.output
+    results = pd.read_csv(tmp_path / "finetune" / "minilm_rte" / "results.csv")
+    assert list(results.method) == ["ntk"] and results.accuracy.between(0, 1).all()
+    assert results.trainable_params.iloc[0] == 6 * 12 * (32 * 32 + 32) + 384 * 2 + 2  # (Z, k) per head + head
+    assert "ntk" in r.stdout and "accuracy" in r.stdout
+
+
+def test_digits_vit_pretrains_once_fine_tunes_and_resumes(tmp_path):
+    r = invoke("finetune", RECIPES / "digits_vit.yaml", *QUICK_DIGITS, "--out", tmp_path)
+    assert r.exit_code == 0, r.output
+    folder = tmp_path / "finetune" / "digits_vit"
+    results = pd.read_csv(folder / "results.csv")
+    assert sorted(results.method) == ["lora r=2", "ntk"] and (results.epoch == 1).all()
+    summary = pd.read_csv(folder / "summary.csv")
+    assert list(summary.method) == ["ntk", "lora r=2"]
+    assert (summary.trainable_pct < 10).all()
+    assert (folder / "pretrained" / "config.json").is_file()
+    stamp = (folder / "pretrained" / "config.json").stat().st_mtime_ns
+    again = invoke("finetune", RECIPES / "digits_vit.yaml", *QUICK_DIGITS, "--out", tmp_path)
+    assert again.exit_code == 0, again.output
+    assert (folder / "pretrained" / "config.json").stat().st_mtime_ns == stamp  # the cached backbone is reused
+    assert pd.read_csv(folder / "results.csv").equals(results)  # nothing re-trained
+    fresh = invoke("finetune", RECIPES / "digits_vit.yaml", *QUICK_DIGITS, "--out", tmp_path, "--fresh")
+    assert fresh.exit_code == 0, fresh.output
+    redone = pd.read_csv(folder / "results.csv")
+    cols = ["method", "seed", "epoch", "accuracy", "eval_loss", "train_loss", "trainable_params"]
+    assert redone[cols].equals(results[cols])  # the same recipe gives the same numbers
+
+
+@pytest.mark.parametrize("recipe", FINETUNE_RECIPES, ids=lambda p: p.stem)
+def test_every_finetune_recipe_passes_dry_run(recipe, tmp_path):
+    r = invoke("finetune", recipe, "--dry-run", "--out", tmp_path)
+    assert r.exit_code == 0, r.output
+    assert "training runs" in r.stdout
+    assert no_results(tmp_path)
+
+
+def test_hub_only_recipe_fails_offline_with_one_line(tmp_path):
+    r = invoke("finetune", RECIPES / "chatglm_rte.yaml", "--device", "cpu", "--out", tmp_path)
+    assert_one_line_error(r, "THUDM/chatglm3-6b", "offline")
+    assert no_results(tmp_path)
+
+
+@pytest.mark.parametrize("sets, words", [
+    (["methods=[{method: adapterx}]"], ["methods.0", "adapterx"]),
+    (["methods=[{method: ntk, rank: 4}]"], ["unknown recipe field", "rank"]),
+    (["data.image_field=null"], ["text_fields", "image_field"]),
+    (["data.classes=[5, 6]"], ["classes", "num_labels"]),
+    (["model.config=null", "model.name_or_path=/no/such/model", "pretrain=null"], ["/no/such/model", "cannot be loaded"]),
+    (["data.name=null"], ["hub name", "path"]),
+    (["data.path=/no/such/folder"], ["data path not found"]),
+    (["data.image_field=picture"], ["no image field", "picture"]),
+])
+def test_bad_finetune_recipes_exit_2_with_one_line(tmp_path, sets, words):
+    args = [a for s in sets for a in ("--set", s)]
+    r = invoke("finetune", RECIPES / "digits_vit.yaml", *QUICK_DIGITS, *args, "--out", tmp_path)
+    assert_one_line_error(r, *words)
+    assert no_results(tmp_path)
+
+
+def test_a_text_field_the_data_lacks_is_named(tmp_path):
+    data = write_rte(tmp_path / "glue", "glue")
+    r = invoke("finetune", RECIPES / "minilm_rte.yaml", "--set", f"data.path={data}", "--device", "cpu",
+               "--set", "data.text_fields=[question, passage]", "--out", tmp_path)
+    assert_one_line_error(r, "no field 'question'", "sentence1")
