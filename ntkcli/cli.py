@@ -211,9 +211,11 @@ def finetune(
                            ("data", cfg.data.path or f"{cfg.data.name} {cfg.data.config or ''}".strip())])
             return
         resolve_device(cfg.device)
-        run = Run("finetune", cfg, resumable=experiment.RESUMABLE, fresh=fresh, progress=_progress_factory())
+        main = experiment.is_main_process()
+        run = Run("finetune", cfg, resumable=experiment.RESUMABLE, fresh=fresh and main,
+                  progress=_progress_factory() if main else None)
         tables = experiment.run(cfg, run)
-    if not experiment.is_main_process():
+    if not main:
         return
     s = tables["summary"]
     shown = pd.DataFrame({
@@ -230,7 +232,8 @@ def finetune(
 def bench(
     suite: str = typer.Option("all", "--suite", help="attention (forward vs SDPA), prefix (vs exact SDPA over "
                               "[prefix; input], m = 2^10 … 2^18), approx-error (wall time of the CPU default), "
-                              "ntk (closed-form vs autodiff NTK at n·d = 512), or all."),
+                              "ntk (closed-form vs autodiff NTK at n·d = 512), finetune (training step on "
+                              "MiniLM-L6 per method, batch 32 × 128 tokens), or all."),
     device: str = typer.Option("cpu", "--device", help="cpu or cuda."),
     out: str = typer.Option("outputs", "--out", help="Root folder; CSVs go to <out>/bench/."),
 ) -> None:
@@ -238,7 +241,7 @@ def bench(
     from . import bench as b
     from .runs import atomic_write
 
-    suites = ("attention", "prefix", "approx-error", "ntk")
+    suites = ("attention", "prefix", "approx-error", "ntk", "finetune")
     with user_errors():
         if suite not in suites + ("all",):
             raise UserError(f"unknown --suite {suite!r}; choose one of {', '.join(suites)} or all")
@@ -267,4 +270,6 @@ def bench(
              f"approx-error CPU default at --max-log2m 18: {total:.1f} s in all; seconds per m (stream + methods)")
     if "ntk" in chosen:
         save("ntk.csv", b.ntk_closed_vs_autodiff(), "paper 1's full NTK: closed form vs torch.func (float64)")
+    if "finetune" in chosen:
+        save("finetune.csv", b.finetune_step(dev), "training step (AdamW) on MiniLM-L6, batch 32 × 128 tokens")
     err_console.print(f"wrote {folder}/")

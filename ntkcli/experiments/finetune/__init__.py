@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import importlib.util
 import math
+import os
 import shutil
 import warnings
 from pathlib import Path
@@ -29,6 +30,16 @@ KEYS = ["method", "seed"]
 COLUMNS = ["method", "kind", "seed", "epoch", "accuracy", "eval_loss", "train_loss", "train_seconds", "peak_mem_mb",
            "lr", "trainable_params", "total_params"]
 RESUMABLE = ("methods", "seeds")
+
+
+def is_main_process() -> bool:
+    """False on the non-zero ranks of torchrun / accelerate launch, which train but neither write nor print."""
+    return int(os.environ.get("RANK", "0")) == 0
+
+
+def _wait_for_main() -> None:
+    if torch.distributed.is_available() and torch.distributed.is_initialized():
+        torch.distributed.barrier()
 
 
 def resolve(name: str) -> str:
@@ -85,7 +96,8 @@ def _datasets(cfg: FinetuneRecipe, model, tokenizer, classes=None):
 
 
 def _steps(n: int, batch: int, epochs: int) -> int:
-    return math.ceil(n / batch) * epochs
+    """Optimizer steps per process (the Trainer shards each batch of batch × world size examples)."""
+    return math.ceil(n / (batch * int(os.environ.get("WORLD_SIZE", "1")))) * epochs
 
 
 def pretrain(cfg: FinetuneRecipe, run: Run, device: torch.device) -> tuple[Path, pd.DataFrame]:
@@ -104,13 +116,15 @@ def pretrain(cfg: FinetuneRecipe, run: Run, device: torch.device) -> tuple[Path,
     with run.task(f"pretrain on classes {spec.classes}", _steps(len(train_ds), spec.batch_size, spec.epochs)) as adv:
         rows = train(model, train_ds, eval_ds, collator, spec=tspec, lr=spec.lr, epochs=spec.epochs,
                      seed=cfg.seed, device=device, advance=adv)
-    tmp = run.path(".pretrained-tmp")
-    shutil.rmtree(tmp, ignore_errors=True)
-    model.base_model.save_pretrained(tmp)  # the backbone only: fine-tuning gets a fresh head
-    shutil.rmtree(folder, ignore_errors=True)
-    tmp.rename(folder)
     table = pd.DataFrame(rows).assign(classes=" ".join(map(str, spec.classes)))
-    run.save_csv("pretrain.csv", table)
+    if is_main_process():
+        tmp = run.path(".pretrained-tmp")
+        shutil.rmtree(tmp, ignore_errors=True)
+        model.base_model.save_pretrained(tmp)  # the backbone only: fine-tuning gets a fresh head
+        shutil.rmtree(folder, ignore_errors=True)
+        tmp.rename(folder)
+        run.save_csv("pretrain.csv", table)
+    _wait_for_main()
     return folder, table
 
 
@@ -168,19 +182,16 @@ def run(cfg: FinetuneRecipe, run: Run) -> dict[str, pd.DataFrame]:
                 frames.append(pd.DataFrame(rows).assign(
                     method=method_label(spec), kind=spec.method, seed=seed, lr=lr,
                     trainable_params=injected.trainable, total_params=injected.total)[COLUMNS])
-                run.save_csv("results.csv", pd.concat(frames, ignore_index=True))
+                if is_main_process():
+                    run.save_csv("results.csv", pd.concat(frames, ignore_index=True))
     results = pd.concat(frames, ignore_index=True)
     order = [method_label(s) for s in cfg.methods]
     results = results[results.method.isin(order)]
     summary = summarize(results)
     summary = summary.set_index("method").loc[[m for m in order if m in set(summary.method)]].reset_index()
+    if not is_main_process():
+        return {"summary": summary, "results": results}
     run.save_csv("summary.csv", summary)
     run.finish(methods=order, seeds=cfg.seeds, train_examples=None if not todo else len(train_ds),
                pretrain_accuracy=None if pre is None else float(pre.accuracy.iloc[-1]))
     return {"summary": summary, "results": results}
-
-
-def is_main_process() -> bool:
-    """False on the non-zero ranks of torchrun / accelerate launch, which neither write nor print."""
-    import os
-    return int(os.environ.get("RANK", "0")) == 0
