@@ -168,3 +168,29 @@ def finetune_step(device: str = "cpu", batch: int = 32, length: int = 128, repea
     return pd.DataFrame({"method": list(methods), "step_ms": [1e3 * s for s in seconds],
                          "ratio_over_lora": [s / lora for s in seconds], "trainable_params": counts,
                          "batch": batch, "length": length})
+
+
+def scaling_law_points(sizes: tuple[int, ...] = (18, 48), steps: int = 300) -> pd.DataFrame:
+    """Sweep points per minute for groups of students of one (m, depth) (18: the CPU recipe's group,
+    6 data sizes × 3 seeds; 48: 6 × 8), trained vectorised (vmap forward, one backward) against one
+    at a time (the same code, groups of one)."""
+    from .experiments import scaling_law as sl
+    from .recipes import ScalingLawRecipe
+
+    rows = []
+    for size in sizes:
+        cfg = ScalingLawRecipe(steps=steps, seeds=-(-size // 6))
+        teacher = sl.Teacher(cfg, torch.float32)
+        pools, test = sl.data_pools(cfg, teacher, list(range(cfg.seeds)), torch.float32)
+        group = [(n, s) for s in range(cfg.seeds) for n in cfg.n_values][:size]
+        t0 = time.perf_counter()
+        sl.train_group(cfg, cfg.base_width, cfg.base_depth, group, teacher, pools, test)
+        t_vec = time.perf_counter() - t0
+        t0 = time.perf_counter()
+        for student in group:
+            sl.train_group(cfg, cfg.base_width, cfg.base_depth, [student], teacher, pools, test)
+        t_loop = time.perf_counter() - t0
+        rows.append({"students": len(group), "steps": steps, "width": cfg.base_width,
+                     "vectorised_points_per_min": 60 * len(group) / t_vec,
+                     "one_at_a_time_points_per_min": 60 * len(group) / t_loop, "speedup": t_loop / t_vec})
+    return pd.DataFrame(rows)

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import math
+import os
 import sys
 from pathlib import Path
 from typing import Any, Iterator, Optional
@@ -21,8 +22,8 @@ from rich.markup import escape
 from rich.table import Table
 
 from .errors import UserError
-from .recipes import (ApproxErrorRecipe, ConvergenceRecipe, FinetuneRecipe, Recipe, load_recipe, method_label,
-                      parse_overrides)
+from .recipes import (ApproxErrorRecipe, ConvergenceRecipe, FinetuneRecipe, Recipe, ScalingLawRecipe, load_recipe,
+                      method_label, parse_overrides)
 from .runs import Run, resolve_device
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, rich_markup_mode="rich",
@@ -228,12 +229,58 @@ def finetune(
     err_console.print(f"wrote {run.dir}/results.csv, summary.csv, run.json")
 
 
+@app.command("scaling-law")
+def scaling_law(
+    recipe: Optional[Path] = RecipeArg,
+    sweeps: Optional[str] = typer.Option(None, "--sweeps", help="Comma-separated: time, data, model, compute."),
+    seeds: Optional[int] = typer.Option(None, "--seeds", help="Students per sweep point."),
+    seed: Optional[int] = SeedOpt,
+    device: Optional[str] = DeviceOpt,
+    out: Optional[str] = OutOpt,
+    sets: list[str] = SetOpt,
+    dry_run: bool = DryRunOpt,
+    fresh: bool = FreshOpt,
+) -> None:
+    """Paper 2, Theorems 7.1–7.2: scaling laws of a transformer trained by SGD on teacher–student data.
+
+    Trains paper 2's model for every (data size N, width m, depth) the sweeps need, several seeds,
+    vectorised over N and seeds; fits the time, data and model laws (power laws with offset, Huber
+    loss in log space, bootstrap 95% intervals) and the two-stage compute frontier with its
+    breakpoint C*(N). Writes results.csv, frontier.csv, fits.csv, summary.csv (verdicts),
+    scaling_law.png and run.json to outputs/scaling-law/<recipe>/; re-running resumes point by point.
+    Under torchrun the sweep points are sharded across processes.
+    """
+    from .experiments import scaling_law as experiment
+
+    with user_errors():
+        cfg = _load(ScalingLawRecipe, recipe, sets, seed=seed, device=device, out=out, seeds=seeds,
+                    sweeps=sweeps.split(",") if sweeps else None)
+        points = experiment.sweep_points(cfg)
+        if dry_run:
+            _dry_run(cfg, [("sweep points (N, m, depth)", str(len(points))), ("students", str(len(points) * cfg.seeds)),
+                           ("vectorised groups (m, depth)", str(len({(w, d) for _, w, d in points}))),
+                           ("SGD steps per student", str(cfg.steps))])
+            return
+        if resolve_device(cfg.device).type != "cpu":
+            raise UserError("scaling-law trains its small students on the CPU only; use --device cpu")
+        main = int(os.environ.get("RANK", "0")) == 0
+        run = Run("scaling-law", cfg, resumable=experiment.RESUMABLE, fresh=fresh and main,
+                  progress=_progress_factory() if main else None)
+        tables = experiment.run(cfg, run)
+    if not main:
+        return
+    print_table(tables["verdicts"][["law", "theorem", "theory", "measured", "verdict"]],
+                "paper 2 scaling laws: theory vs measurement (95% bootstrap intervals)")
+    err_console.print(f"wrote {run.dir}/results.csv, frontier.csv, fits.csv, summary.csv, scaling_law.png, run.json")
+
+
 @app.command("bench")
 def bench(
     suite: str = typer.Option("all", "--suite", help="attention (forward vs SDPA), prefix (vs exact SDPA over "
                               "[prefix; input], m = 2^10 … 2^18), approx-error (wall time of the CPU default), "
                               "ntk (closed-form vs autodiff NTK at n·d = 512), finetune (training step on "
-                              "MiniLM-L6 per method, batch 32 × 128 tokens), or all."),
+                              "MiniLM-L6 per method, batch 32 × 128 tokens), scaling-law (sweep points per minute, "
+                              "vectorised vs one at a time), or all."),
     device: str = typer.Option("cpu", "--device", help="cpu or cuda."),
     out: str = typer.Option("outputs", "--out", help="Root folder; CSVs go to <out>/bench/."),
 ) -> None:
@@ -241,7 +288,7 @@ def bench(
     from . import bench as b
     from .runs import atomic_write
 
-    suites = ("attention", "prefix", "approx-error", "ntk", "finetune")
+    suites = ("attention", "prefix", "approx-error", "ntk", "finetune", "scaling-law")
     with user_errors():
         if suite not in suites + ("all",):
             raise UserError(f"unknown --suite {suite!r}; choose one of {', '.join(suites)} or all")
@@ -272,4 +319,6 @@ def bench(
         save("ntk.csv", b.ntk_closed_vs_autodiff(), "paper 1's full NTK: closed form vs torch.func (float64)")
     if "finetune" in chosen:
         save("finetune.csv", b.finetune_step(dev), "training step (AdamW) on MiniLM-L6, batch 32 × 128 tokens")
+    if "scaling-law" in chosen:
+        save("scaling_law.csv", b.scaling_law_points(), "scaling-law students: vectorised (vmap) vs one at a time")
     err_console.print(f"wrote {folder}/")

@@ -135,7 +135,10 @@ def _explain(err: ValidationError) -> str:
         return f"unknown recipe field '{where}'"
     got = e.get("input")
     shown = "" if isinstance(got, dict) else f" (got {got!r})"
-    return f"recipe field '{where}': {e['msg']}{shown}"
+    msg = e["msg"].removeprefix("Value error, ")
+    if not e["loc"]:
+        return f"invalid recipe: {msg}"
+    return f"recipe field '{where}': {msg}{shown}"
 
 
 def load_recipe(cls: type[R], path: Path | None, overrides: dict[str, Any]) -> R:
@@ -274,4 +277,48 @@ class FinetuneRecipe(Recipe):
             raise ValueError(f"method labels must differ (got {labels}); set a label per method")
         if self.pretrain is not None and self.model.config is None:
             raise ValueError("pretrain trains model.config from scratch; give model.config, not name_or_path")
+        return self
+
+
+class ScalingLawRecipe(Recipe):
+    """Paper 2, Theorems 7.1–7.2: teacher–student sweeps of training time T, data size N and model size M."""
+
+    sweeps: list[Literal["time", "data", "model", "compute"]] = Field(["time", "data", "model", "compute"], min_length=1)
+    seeds: int = Field(3, ge=1, description="independent students (init, data, noise) per sweep point")
+    # the model (paper 2, Eq. 1) — students and the transformer teacher share d, L and the coefficients
+    d: int = Field(8, ge=1, description="embedding dimension d")
+    seq_len: int = Field(4, ge=1, description="tokens per sequence L")
+    epsilon: float = Field(1.0, gt=0, description="ε of Eq. (1)")
+    omega: float = Field(0.25, gt=0, description="ω of each block")
+    kappa: float | None = Field(None, gt=0, description="κ of the attention; null = 1/√m")
+    causal: bool = True
+    # the data
+    teacher: Literal["transformer", "mlp"] = Field("transformer", description="F*: paper 2's model (wider), or a "
+                                                   "token-wise tanh MLP on the same residual stream")
+    teacher_width: int = Field(512, ge=1, description="m of the teacher")
+    teacher_depth: int = Field(1, ge=1, description="N of the teacher (transformer)")
+    noise: float = Field(0.1, ge=0, description="ξ: std of the label noise Y = F*(X) + ξ·G")
+    n_test: int = Field(512, ge=1, description="fresh noiseless test sequences for the excess risk")
+    # the sweep grid
+    n_values: list[int] = Field([8, 16, 32, 64, 128, 256], min_length=3, description="data sizes N")
+    widths: list[int] = Field([8, 16, 32, 64, 128, 256], min_length=3, description="student widths m")
+    depths: list[int] = Field([1, 2], min_length=1, description="student depths (model law)")
+    base_n: int = Field(64, ge=1, description="N held fixed in the time and model laws")
+    base_width: int = Field(64, ge=1, description="m held fixed in the time and data laws")
+    base_depth: int = Field(1, ge=1, description="depth of the time, data and compute sweeps")
+    # training
+    steps: int = Field(2000, ge=2, description="SGD steps T of every student")
+    checkpoints: int = Field(24, ge=3, description="log-spaced steps at which the excess risk is measured")
+    lr: float = Field(0.5, gt=0, description="SGD step on ½·mean‖F(X) − Y‖²")
+    batch_fraction: float = Field(0.25, gt=0, le=1, description="α: |B| = max(1, round(α·N))")
+    bootstrap: int = Field(200, ge=10, description="bootstrap resamples per fit")
+    dtype: Literal["float32", "float64"] = "float32"
+
+    @model_validator(mode="after")
+    def _base_in_grid(self) -> "ScalingLawRecipe":
+        for name, value, grid in (("base_n", self.base_n, self.n_values), ("base_width", self.base_width, self.widths)):
+            if value not in grid:
+                raise ValueError(f"{name} = {value} must be one of {'n_values' if name == 'base_n' else 'widths'} {grid}")
+        if self.base_depth not in self.depths:
+            raise ValueError(f"base_depth = {self.base_depth} must be one of depths {self.depths}")
         return self

@@ -1,0 +1,384 @@
+"""Paper 2, Theorems 7.1 and 7.2, measured: teacher–student sweeps of time T, data N and model size M.
+
+Every student is paper 2's transformer (`theory/transformer.py`), trained by SGD (batch |B| = α·N)
+on N noisy teacher examples; its excess risk E‖F(X) − F*(X)‖²_F is measured on fresh noiseless test
+sequences at log-spaced steps, with compute C = M·t·|B| counted exactly. All sweeps are views of
+one grid of (N, m, depth) points: students of one (m, depth) train together, vectorised over data
+sizes and seeds with torch.func.vmap (forward) and one autograd backward.
+
+time     risk vs T at (base_n, base_width): exponential decay to a floor (Thm 7.2 time law)
+data     final risk vs N at base_width: power law, exponent vs the bound's 1 (data law)
+model    final risk vs M = N_layers(md + d²) at base_n: exponent vs ζ ∈ (0, 1/3) (model law)
+compute  per N, the frontier min risk vs C over widths and steps: exponential stage, then a power
+         law, breakpoint C*; exponent vs 1/6 and C*(N) vs N⁶ (Thm 7.1)
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import textwrap
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+import matplotlib.ticker  # noqa: E402
+import numpy as np  # noqa: E402
+import pandas as pd  # noqa: E402
+import torch  # noqa: E402
+from torch.func import vmap  # noqa: E402
+
+from .. import fitting  # noqa: E402
+from ..recipes import ScalingLawRecipe  # noqa: E402
+from ..runs import Run, resume, seed_for  # noqa: E402
+from ..theory import transformer  # noqa: E402
+from ..theory.transformer import Shape  # noqa: E402
+
+KEYS = ["n", "width", "depth", "seed"]
+RESUMABLE = ("sweeps", "seeds", "n_values", "widths", "depths", "bootstrap")
+PARAMS = {"U": 0, "W": 0}
+FROZEN = {"A": 0, "E": None}  # A per student, the positional embedding shared with the teacher
+
+
+def sweep_points(cfg: ScalingLawRecipe) -> list[tuple[int, int, int]]:
+    """The (N, m, depth) points the chosen sweeps need (each trained once, shared between sweeps)."""
+    points = set()
+    if "time" in cfg.sweeps:
+        points.add((cfg.base_n, cfg.base_width, cfg.base_depth))
+    if "data" in cfg.sweeps:
+        points |= {(n, cfg.base_width, cfg.base_depth) for n in cfg.n_values}
+    if "model" in cfg.sweeps:
+        points |= {(cfg.base_n, w, dep) for w in cfg.widths for dep in cfg.depths}
+    if "compute" in cfg.sweeps:
+        points |= {(n, w, cfg.base_depth) for n in cfg.n_values for w in cfg.widths}
+    return sorted(points)
+
+
+def shape_of(cfg: ScalingLawRecipe, width: int, depth: int) -> Shape:
+    return Shape(cfg.d, width, depth, cfg.seq_len, cfg.epsilon, cfg.omega, cfg.kappa, cfg.causal)
+
+
+def batch_size(cfg: ScalingLawRecipe, n: int) -> int:
+    return max(1, round(cfg.batch_fraction * n))
+
+
+def checkpoint_steps(steps: int, count: int) -> list[int]:
+    return sorted({0, *np.geomspace(1, steps, count).round().astype(int).tolist()})
+
+
+def inputs(count: int, cfg: ScalingLawRecipe, gen: torch.Generator, dtype) -> torch.Tensor:
+    """X [count, L, d] with RMS-normalised rows (each token has mean square 1)."""
+    X = torch.randn(count, cfg.seq_len, cfg.d, generator=gen, dtype=torch.float64)
+    return (X / X.pow(2).mean(-1, keepdim=True).sqrt()).to(dtype)
+
+
+class Teacher:
+    """F*: paper 2's model at teacher_width/teacher_depth, or a token-wise tanh MLP; its positional
+    embedding E is shared with every student, so that F* is in reach of the student class."""
+
+    def __init__(self, cfg: ScalingLawRecipe, dtype):
+        self.shape = Shape(cfg.d, cfg.teacher_width, cfg.teacher_depth, cfg.seq_len, cfg.epsilon, cfg.omega,
+                           cfg.kappa, cfg.causal)
+        params, frozen = transformer.init(self.shape, seed_for(cfg.seed, 7, 7), dtype=dtype)
+        self.params, self.frozen, self.kind, self.cfg = params, frozen, cfg.teacher, cfg
+        self.E = frozen["E"]
+
+    def __call__(self, X: torch.Tensor) -> torch.Tensor:
+        if self.kind == "transformer":
+            return transformer.forward(self.params, self.frozen, X, self.shape)
+        W1, W2 = self.params["W"][0], self.frozen["A"][0]  # [d, m], [m, d]
+        hidden = torch.tanh(X @ W1 / math.sqrt(self.cfg.d))
+        return self.cfg.epsilon * (X + self.E + self.cfg.omega / math.sqrt(self.shape.m) * hidden @ W2)
+
+
+def excess_risk(F: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
+    """E‖F(X) − F*(X)‖²_F over the leading (sequence) axis."""
+    return (F - target).pow(2).sum((-1, -2)).mean(-1)
+
+
+def train_group(cfg: ScalingLawRecipe, width: int, depth: int, students: list[tuple[int, int]], teacher: Teacher,
+                pools: dict[int, tuple[torch.Tensor, torch.Tensor]], test: tuple[torch.Tensor, torch.Tensor],
+                advance=lambda k=1: None) -> pd.DataFrame:
+    """SGD for every (N, seed) student of one (m, depth) at once; risk and training loss at checkpoints."""
+    shape, dtype = shape_of(cfg, width, depth), getattr(torch, cfg.dtype)
+    inits = [transformer.init(shape, seed_for(cfg.seed, seed, width, depth), dtype=dtype) for _, seed in students]
+    params = {k: torch.stack([p[k] for p, _ in inits]) for k in PARAMS}
+    frozen = {"A": torch.stack([f["A"] for _, f in inits]), "E": teacher.E}
+    n = torch.tensor([s[0] for s in students])
+    b = torch.tensor([batch_size(cfg, s[0]) for s in students])
+    X = torch.stack([pools[seed][0] for _, seed in students])  # [S, n_max, L, d]; student i uses its first n_i
+    Y = torch.stack([pools[seed][1] for _, seed in students])
+    own = (torch.arange(X.shape[1]) < n[:, None]).to(dtype) / n[:, None]  # weights of the whole training set
+
+    def loss(p, f, x, y, w):
+        return 0.5 * (w * (transformer.forward(p, f, x, shape) - y).pow(2).sum((-1, -2))).sum()
+
+    losses = vmap(loss, in_dims=(PARAMS, FROZEN, 0, 0, 0))  # every student's loss; their sum's gradient is
+    # each student's own gradient (no parameter is shared), and autograd on it beats vmap(grad) ~4×
+    risk = vmap(lambda p, f: excess_risk(transformer.forward(p, f, test[0], shape), test[1]), in_dims=(PARAMS, FROZEN))
+    # one batch stream per student, so that its trajectory is the same alone, in any group, on any rank
+    gens = [torch.Generator().manual_seed(seed_for(cfg.seed, 3, n_i, width, depth, s)) for n_i, s in students]
+    slots = torch.arange(int(b.max()))
+    weights = (slots < b[:, None]).to(dtype) / b[:, None]
+    marks, rows = set(checkpoint_steps(cfg.steps, cfg.checkpoints)), []
+    for t in range(cfg.steps + 1):
+        if t in marks:
+            with torch.no_grad():
+                r, tl = risk(params, frozen), losses(params, frozen, X, Y, own)
+            rows += [{"n": int(n[i]), "width": width, "depth": depth, "seed": s, "step": t,
+                      "excess_risk": float(r[i]), "train_loss": float(tl[i]), "batch": int(b[i]),
+                      "model_size": shape.size, "compute": shape.size * t * int(b[i])}
+                     for i, (_, s) in enumerate(students)]
+        if t == cfg.steps:
+            break
+        # each student's batch: b_i distinct indices among its own n_i examples
+        keys = torch.stack([torch.rand(X.shape[1], generator=g) for g in gens])
+        keys = keys.masked_fill(torch.arange(X.shape[1]) >= n[:, None], 2.0)
+        idx = keys.argsort(-1)[:, : len(slots)]
+        take = lambda T: torch.gather(T, 1, idx[..., None, None].expand(-1, -1, *T.shape[2:]))  # noqa: E731
+        leaves = {k: v.detach().requires_grad_() for k, v in params.items()}
+        g = torch.autograd.grad(losses(leaves, frozen, take(X), take(Y), weights).sum(), list(leaves.values()))
+        params = {k: v.detach() - cfg.lr * gk for (k, v), gk in zip(leaves.items(), g)}
+        advance(1)
+    return pd.DataFrame(rows)
+
+
+def data_pools(cfg: ScalingLawRecipe, teacher: Teacher, seeds: list[int], dtype):
+    """Per seed: N_max training sequences and noisy labels (every N uses the first N: nested data sets)."""
+    pools, n_max = {}, max(cfg.n_values)
+    for seed in seeds:
+        gen = torch.Generator().manual_seed(seed_for(cfg.seed, 5, seed))
+        X = inputs(n_max, cfg, gen, dtype)
+        with torch.no_grad():
+            Y = teacher(X) + cfg.noise * torch.randn(X.shape, generator=gen, dtype=torch.float64).to(dtype)
+        pools[seed] = (X, Y)
+    gen = torch.Generator().manual_seed(seed_for(cfg.seed, 9))
+    X_test = inputs(cfg.n_test, cfg, gen, dtype)
+    with torch.no_grad():
+        return pools, (X_test, teacher(X_test))
+
+
+def _shard() -> tuple[int, int]:
+    return int(os.environ.get("RANK", "0")), int(os.environ.get("WORLD_SIZE", "1"))
+
+
+def measure(cfg: ScalingLawRecipe, run: Run) -> pd.DataFrame:
+    """Train the missing students (this process's share of the groups under torchrun) and save them."""
+    dtype = getattr(torch, cfg.dtype)
+    rank, world = _shard()
+    previous = run.load_csv("results.csv")
+    done = resume(previous, KEYS)
+    groups: dict[tuple[int, int], list[tuple[int, int]]] = {}
+    for n, width, depth in sweep_points(cfg):
+        for seed in range(cfg.seeds):
+            if (n, width, depth, seed) not in done:
+                groups.setdefault((width, depth), []).append((n, seed))
+    mine = [g for i, g in enumerate(sorted(groups)) if i % world == rank]
+    frames = [previous] if previous is not None else []
+    if mine:
+        teacher = Teacher(cfg, dtype)
+        pools, test = data_pools(cfg, teacher, list(range(cfg.seeds)), dtype)
+        with run.task(f"train {sum(len(groups[g]) for g in mine)} students in {len(mine)} groups",
+                      len(mine) * cfg.steps) as advance:
+            for width, depth in mine:
+                frames.append(train_group(cfg, width, depth, groups[(width, depth)], teacher, pools, test, advance))
+                run.save_csv("results.csv" if world == 1 else f"results.rank{rank}.csv",
+                             pd.concat(frames, ignore_index=True))
+    if world > 1:
+        _gather_shards(run, world)
+    results = run.load_csv("results.csv")
+    return results if results is not None else pd.DataFrame(columns=KEYS)
+
+
+def _gather_shards(run: Run, world: int) -> None:
+    """Under torchrun: wait for every rank, then rank 0 merges the shards into results.csv."""
+    import torch.distributed as dist
+
+    if not dist.is_initialized():
+        dist.init_process_group("gloo")
+    dist.barrier()
+    if _shard()[0] == 0:
+        parts = [run.load_csv(f"results.rank{r}.csv") for r in range(world)]
+        merged = pd.concat([p for p in parts if p is not None], ignore_index=True)
+        run.save_csv("results.csv", merged.drop_duplicates(subset=KEYS + ["step"], keep="last"))
+        for r in range(world):
+            run.path(f"results.rank{r}.csv").unlink(missing_ok=True)
+    dist.barrier()
+
+
+THEORY = {
+    "time": ("exponential decay in T to a floor O(ξ²/N)", "Thm 7.2 time law"),
+    "data": ("risk ≤ O(ξ²/N): exponent α ≥ 1", "Thm 7.2 data law"),
+    "model": ("risk ≤ ξ²·M^(−ζ), ζ ∈ (0, 1/3): α > 0", "Thm 7.2 model law"),
+    "compute": ("stage II ≤ ξ^(5/3)·C^(−1/6): β ≥ 1/6", "Thm 7.1"),
+    "breakpoint": ("C* ∝ N⁶ (Eq. 3, up to a log): slope 6", "Thm 7.1"),
+}
+
+
+def _ci(fit: fitting.Fit, key: str) -> str:
+    return f"{fit.params[key]:.3g} [{fit.lower[key]:.3g}, {fit.upper[key]:.3g}]"
+
+
+def frontier(df: pd.DataFrame) -> pd.DataFrame:
+    """Seed-mean risk per (width, step), then the points no cheaper point beats (the compute frontier)."""
+    mean = df[df.step > 0].groupby(["width", "step"], as_index=False).agg(
+        compute=("compute", "mean"), excess_risk=("excess_risk", "mean")).sort_values("compute")
+    best = mean.excess_risk.cummin()
+    return mean[mean.excess_risk <= best].drop_duplicates("compute")
+
+
+def fit_laws(cfg: ScalingLawRecipe, df: pd.DataFrame) -> dict[str, object]:
+    """Every law's fit with bootstrap intervals, the frontier points, and a verdict per law."""
+    fits, verdicts, curves, frontiers = [], [], {}, []
+    boot = dict(n=cfg.bootstrap, seed=cfg.seed)
+    final = df[df.step == cfg.steps]
+
+    def verdict(law, measured, ok):
+        claim, where = THEORY[law]
+        verdicts.append({"law": law, "theorem": where, "theory": claim, "measured": measured,
+                         "verdict": "reproduced" if ok else "not reproduced"})
+
+    if "time" in cfg.sweeps:
+        t = df[(df.n == cfg.base_n) & (df.width == cfg.base_width) & (df.depth == cfg.base_depth) & (df.step > 0)]
+        exp = fitting.bootstrap(fitting.fit_exponential, t.step, t.excess_risk, **boot)
+        power = fitting.fit_power_law(t.step, t.excess_risk)
+        fits += exp.rows(law="time", group=f"N={cfg.base_n} m={cfg.base_width}", form="E + A·exp(−r·T)")
+        fits += power.rows(law="time", group=f"N={cfg.base_n} m={cfg.base_width}", form="E + A·T^(−α)")
+        curves["time"] = (exp, power)
+        verdict("time", f"r = {_ci(exp, 'r')}/step, floor E = {_ci(exp, 'E')}; Huber loss exp {exp.loss:.3g} "
+                f"vs power law {power.loss:.3g}", exp.loss < power.loss)
+    if "data" in cfg.sweeps:
+        d = final[(final.width == cfg.base_width) & (final.depth == cfg.base_depth)]
+        fit = fitting.bootstrap(fitting.fit_power_law, d.n, d.excess_risk, **boot)
+        fits += fit.rows(law="data", group=f"m={cfg.base_width}", form="E + A·N^(−α)")
+        curves["data"] = fit
+        verdict("data", f"α = {_ci(fit, 'alpha')}", fit.upper["alpha"] >= 1.0)
+    if "model" in cfg.sweeps:
+        d = final[final.n == cfg.base_n]
+        fit = fitting.bootstrap(fitting.fit_power_law, d.model_size, d.excess_risk, **boot)
+        fits += fit.rows(law="model", group=f"N={cfg.base_n}", form="E + A·M^(−α)")
+        curves["model"] = fit
+        verdict("model", f"α = {_ci(fit, 'alpha')}", fit.lower["alpha"] > 0.0)
+    if "compute" in cfg.sweeps:
+        stars = {}
+        for n in cfg.n_values:
+            front = frontier(df[(df.n == n) & (df.depth == cfg.base_depth)]).assign(n=n)
+            frontiers.append(front)
+            if len(front) < 6:
+                continue
+            fit = fitting.bootstrap(fitting.fit_two_stage, front.compute, front.excess_risk, **boot)
+            fits += fit.rows(law="compute", group=f"N={n}", form="two-stage: exp(−r·C), then C^(−β)")
+            curves[f"compute N={n}"] = fit
+            stars[n] = fit
+        verdict("compute", "; ".join(f"N={n}: β = {_ci(f, 'beta')}" for n, f in stars.items()),
+                bool(stars) and all(f.upper["beta"] >= 1 / 6 for f in stars.values()))
+        if len(stars) >= 3:
+            ns = np.array(sorted(stars))
+            slope = np.polyfit(np.log(ns), np.log([stars[n].params["xstar"] for n in ns]), 1)[0]
+            count = min(len(stars[n].draws) for n in ns)  # paired bootstrap draws across N
+            slopes = [np.polyfit(np.log(ns), np.log([stars[n].draws[j]["xstar"] for n in ns]), 1)[0]
+                      for j in range(count)]
+            fit = fitting.Fit({"slope": slope}, float("nan"), {"slope": float(np.percentile(slopes, 2.5))},
+                              {"slope": float(np.percentile(slopes, 97.5))})
+            fits += fit.rows(law="breakpoint", group="all N", form="log C* = c + slope·log N")
+            curves["breakpoint"] = (ns, np.array([stars[n].params["xstar"] for n in ns]), fit)
+            verdict("breakpoint", f"slope = {_ci(fit, 'slope')}", fit.lower["slope"] <= 6 <= fit.upper["slope"])
+    return {"fits": pd.DataFrame(fits), "verdicts": pd.DataFrame(verdicts), "curves": curves,
+            "frontier": pd.concat(frontiers, ignore_index=True) if frontiers else pd.DataFrame()}
+
+
+def _errorbars(ax, df: pd.DataFrame, x: str, **kw) -> None:
+    g = df.groupby(x).excess_risk.agg(["mean", "std"]).reset_index()
+    ax.errorbar(g[x], g["mean"], yerr=g["std"].fillna(0), fmt="o", capsize=3, **kw)
+
+
+def figure(cfg: ScalingLawRecipe, df: pd.DataFrame, laws: dict) -> plt.Figure:
+    fig, axes = plt.subplots(2, 3, figsize=(17, 10))
+    (a_time, a_data, a_model), (a_comp, a_star, a_text) = axes
+    curves, final = laws["curves"], df[df.step == cfg.steps]
+    for ax in axes.flat[:5]:
+        ax.set_xscale("log")
+        ax.set_yscale("log")
+        ax.xaxis.set_minor_formatter(matplotlib.ticker.NullFormatter())
+        ax.grid(True, which="both", alpha=0.25)
+    if "time" in curves:
+        t = df[(df.n == cfg.base_n) & (df.width == cfg.base_width) & (df.depth == cfg.base_depth) & (df.step > 0)]
+        _errorbars(a_time, t, "step", color="C0", label="excess risk (mean ± std over seeds)")
+        exp, power = curves["time"]
+        xs = np.geomspace(1, cfg.steps, 200)
+        p = exp.params
+        a_time.plot(xs, p["E"] + p["A"] * np.exp(-p["r"] * xs), "k-", label=f"E + A·exp(−rT), r = {p['r']:.2g}")
+        q = power.params
+        a_time.plot(xs, q["E"] + q["A"] * xs ** -q["alpha"], "C3--", label=f"power law, α = {q['alpha']:.2g}")
+        a_time.set(title=f"time law (N = {cfg.base_n}, m = {cfg.base_width})", xlabel="SGD steps T", ylabel="excess risk")
+        a_time.legend(fontsize=8)
+    if "data" in curves:
+        d = final[(final.width == cfg.base_width) & (final.depth == cfg.base_depth)]
+        _errorbars(a_data, d, "n", color="C0", label="final excess risk")
+        p, xs = curves["data"].params, np.geomspace(d.n.min(), d.n.max(), 100)
+        a_data.plot(xs, p["E"] + p["A"] * xs ** -p["alpha"], "k-", label=f"fit α = {_ci(curves['data'], 'alpha')}")
+        a_data.plot(xs, d.excess_risk.mean() * (xs / xs.mean()) ** -1.0, "C3:", label="slope −1 (the bound)")
+        a_data.set(title=f"data law (m = {cfg.base_width}, T = {cfg.steps})", xlabel="data size N")
+        a_data.legend(fontsize=8)
+    if "model" in curves:
+        d = final[final.n == cfg.base_n]
+        for i, dep in enumerate(sorted(d.depth.unique())):
+            _errorbars(a_model, d[d.depth == dep], "model_size", color=f"C{i}", label=f"depth {dep}")
+        p, xs = curves["model"].params, np.geomspace(d.model_size.min(), d.model_size.max(), 100)
+        a_model.plot(xs, p["E"] + p["A"] * xs ** -p["alpha"], "k-", label=f"fit α = {_ci(curves['model'], 'alpha')}")
+        a_model.set(title=f"model law (N = {cfg.base_n}, T = {cfg.steps})", xlabel="model size M = N(md + d²)")
+        a_model.legend(fontsize=8)
+    front = laws["frontier"]
+    if not front.empty:
+        for i, n in enumerate(cfg.n_values):
+            color = f"C{i % 10}"
+            pts = df[(df.n == n) & (df.depth == cfg.base_depth) & (df.step > 0)]
+            a_comp.scatter(pts.compute, pts.excess_risk, s=3, alpha=0.15, color=color)
+            f = front[front.n == n]
+            a_comp.plot(f.compute, f.excess_risk, "o", ms=3, color=color, label=f"N = {n} frontier")
+            fit = curves.get(f"compute N={n}")
+            if fit is not None:
+                xs = np.geomspace(f.compute.min(), f.compute.max(), 200)
+                theta = [fit.params["log_ystar"], np.log(fit.params["r"] * xs.max()), fit.params["beta"],
+                         np.log(fit.params["xstar"] / xs.max())]
+                a_comp.plot(xs, np.exp(fitting.two_stage_log(np.array(theta), xs / xs.max())), "-", color=color, lw=1)
+                a_comp.axvline(fit.params["xstar"], color=color, ls=":", lw=0.8)
+        a_comp.set(title="compute frontier: exp stage, then power law (dotted: C*)", xlabel="compute C = M·T·|B|",
+                   ylabel="excess risk")
+        a_comp.legend(fontsize=7, ncol=2)
+    if "breakpoint" in curves:
+        ns, cs, fit = curves["breakpoint"]
+        line = lambda slope: np.exp(np.log(cs).mean()) * (ns / np.exp(np.log(ns).mean())) ** slope  # noqa: E731
+        a_star.plot(ns, cs, "o", label="fitted C*(N)")
+        a_star.plot(ns, line(fit.params["slope"]), "k-", label=f"least squares, slope {_ci(fit, 'slope')}")
+        a_star.plot(ns, line(6.0), "C3:", label="slope 6 (Eq. 3), same centre")
+        a_star.set(title="breakpoint C* vs data size", xlabel="data size N", ylabel="C*")
+        a_star.legend(fontsize=8)
+    a_text.axis("off")
+    lines = [f"{r.law}: {r.verdict}\n" + textwrap.fill(r.measured, 64, initial_indent="  ", subsequent_indent="  ")
+             for r in laws["verdicts"].itertuples()]
+    a_text.text(0, 1, "\n".join(lines), va="top", family="monospace", fontsize=8, wrap=True)
+    a_text.set_title("verdicts (95% bootstrap intervals)")
+    fig.suptitle(f"paper 2 scaling laws, teacher–student ({cfg.teacher} teacher, d = {cfg.d}, L = {cfg.seq_len}, "
+                 f"ξ = {cfg.noise}, {cfg.seeds} seeds)")
+    fig.tight_layout()
+    return fig
+
+
+def run(cfg: ScalingLawRecipe, run: Run) -> dict[str, pd.DataFrame]:
+    results = measure(cfg, run)
+    if _shard()[0] != 0:
+        return {}
+    wanted = set(sweep_points(cfg))
+    keep = [(n, w, dep) in wanted and s < cfg.seeds for n, w, dep, s in results[KEYS].itertuples(index=False)]
+    results = results[keep]  # a run grown and then shrunk again fits only what the recipe asks for
+    laws = fit_laws(cfg, results)
+    run.save_csv("fits.csv", laws["fits"])
+    run.save_csv("summary.csv", laws["verdicts"])
+    if not laws["frontier"].empty:
+        run.save_csv("frontier.csv", laws["frontier"])
+    run.save_figure("scaling_law.png", figure(cfg, results, laws))
+    plt.close("all")
+    run.finish(students=len(results[KEYS].drop_duplicates()), sweep_points=len(wanted))
+    return {"verdicts": laws["verdicts"], "fits": laws["fits"]}
