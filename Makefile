@@ -18,14 +18,21 @@ $(STAMP): pyproject.toml constraints.txt
 test: install
 	HF_HUB_OFFLINE=1 $(PY) -m pytest
 
-# Every experiment at its CPU scale; a re-run resumes and skips finished points.
+# Every experiment at its CPU scale, then the report; a re-run resumes and skips finished points.
 reproduce: install
 	$(NTK) approx-error recipes/approx_error.yaml
 	$(NTK) convergence recipes/convergence.yaml
+	HF_HUB_OFFLINE=1 $(NTK) finetune recipes/digits_vit.yaml
+	$(NTK) scaling-law recipes/scaling_law.yaml
+	$(NTK) report outputs
 
-# The papers' scales, for a GPU machine.
+# The papers' scales, for a GPU machine with the model hub.
+PAPER_FINETUNE := chatglm_boolq chatglm_cb chatglm_copa chatglm_multirc chatglm_rte vit_cifar100 vit_food101
 reproduce-paper: install
 	$(NTK) approx-error recipes/paper/approx_error.yaml
+	$(NTK) scaling-law recipes/paper/scaling_law.yaml
+	for r in $(PAPER_FINETUNE); do $(NTK) finetune recipes/$$r.yaml || exit 1; done
+	$(NTK) report outputs
 
 bench: install
 	$(NTK) bench

@@ -274,6 +274,30 @@ def scaling_law(
     err_console.print(f"wrote {run.dir}/results.csv, frontier.csv, fits.csv, summary.csv, scaling_law.png, run.json")
 
 
+@app.command("report")
+def report(
+    outputs: Path = typer.Argument(Path("outputs"), help="Folder holding the runs (default outputs/)."),
+) -> None:
+    """Gather every run in OUTPUTS into report.md and a self-contained report.html (figures embedded).
+
+    One section per command; each paper claim (Figure 1's trend, Tables 1–2, Theorems 3.10, 5.5, 7.1,
+    7.2) beside our measurement, the run it came from, and a verdict: reproduced, not reproduced, or
+    not run at this scale. Incomplete run folders are listed and skipped.
+    """
+    from . import report as rep
+
+    with user_errors():
+        if not outputs.is_dir():
+            raise UserError(f"outputs folder not found: {outputs}")
+        try:
+            sections, md, page = rep.write(outputs)
+        except OSError as err:
+            raise UserError(f"cannot write the report into {outputs}: {err.strerror or err}") from None
+    table = rep.claims_table(sections)
+    print_table(table[["command", "claim", "measured", "verdict"]], "reproduction report: paper claims vs measurements")
+    err_console.print(f"wrote {md} and {page}")
+
+
 @app.command("bench")
 def bench(
     suite: str = typer.Option("all", "--suite", help="attention (forward vs SDPA), prefix (vs exact SDPA over "

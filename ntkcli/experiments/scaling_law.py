@@ -211,8 +211,8 @@ THEORY = {
     "time": ("exponential decay in T to a floor O(ξ²/N)", "Thm 7.2 time law"),
     "data": ("risk ≤ O(ξ²/N): exponent α ≥ 1", "Thm 7.2 data law"),
     "model": ("risk ≤ ξ²·M^(−ζ), ζ ∈ (0, 1/3): α > 0", "Thm 7.2 model law"),
-    "compute": ("stage II ≤ ξ^(5/3)·C^(−1/6): β ≥ 1/6", "Thm 7.1"),
-    "breakpoint": ("C* ∝ N⁶ (Eq. 3, up to a log): slope 6", "Thm 7.1"),
+    "compute": ("stage II ≤ ξ^(5/3)·C^(−1/6): β ≥ 1/6", "Thm 7.1 compute frontier"),
+    "breakpoint": ("C* ∝ N⁶ (Eq. 3, up to a log): slope 6", "Thm 7.1 breakpoint"),
 }
 
 
