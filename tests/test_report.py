@@ -27,7 +27,7 @@ def _run(outputs: Path, command: str, name: str, files: dict[str, pd.DataFrame],
     return folder
 
 
-def fixture_tree(root: Path, growth: float = 99.0, ntk_vit: float = 91.0) -> Path:
+def fixture_tree(root: Path, growth: float = 99.0, ntk_vit: float = 91.0, exponential: bool = True) -> Path:
     ms = 2.0 ** np.arange(1, 19)
     approx = pd.DataFrame({"weight_std": 0.125, "m": ms, "log2m": np.log2(ms), "method": "compress-taylor2",
                            "eq6_error_mean": 1e-6 * growth ** (np.arange(18) / 17), "eq6_error_std": 0.0,
@@ -37,7 +37,11 @@ def fixture_tree(root: Path, growth: float = 99.0, ntk_vit: float = 91.0) -> Pat
                           "rate_fit": 1e-3, "rate_theory": 1.1e-3, "kernel_drift": m ** -0.5} for m in (16, 256, 4096)] +
                         [{"part": "transformer", "depth": n, "m": 64, "seed": 0, "loss_0": 5.0, "loss_final": 0.5,
                           "rate_fit": 0.01} for n in (1, 2)])
-    _run(root, "convergence", "convergence", {"results.csv": conv}, "convergence.png")
+    steps = np.arange(400)
+    curves = pd.DataFrame([{"part": "transformer", "depth": n, "m": 64, "seed": 0, "step": s,
+                            "loss": 5 * np.exp(-0.01 * s) if exponential else 1 + 0.01 * np.sin(s)}
+                           for n in (1, 2) for s in steps])
+    _run(root, "convergence", "convergence", {"results.csv": conv, "curves.csv": curves}, "convergence.png")
     table = lambda accs: pd.DataFrame({"method": list(accs), "accuracy_mean": [a / 100 for a in accs.values()],  # noqa: E731
                                        "accuracy_std": 0.01, "trainable_params": 100, "trainable_pct": 1.0,
                                        "train_seconds": 3.0})
@@ -62,7 +66,7 @@ def test_every_section_renders_with_its_figures(tmp_path):
         assert f"`ntk {command}`" in md and f"ntk {command}" in page
     assert page.count("data:image/png;base64,") == 3  # self-contained: every figure embedded
     assert "](approx-error/approx_error/approx_error.png)" in md
-    assert "digits_vit" in md and "46.00 ± 1.00" in md  # the CPU stand-in's table
+    assert "finetune/digits_vit" in md and "46.00 ± 1.00" in md  # the CPU stand-in's table
     assert "reproduction report" in r.stdout
 
 
@@ -76,10 +80,11 @@ def test_verdicts_follow_the_measurements(tmp_path):
     assert got["Thm 7.2 data law"] == report.REPRODUCED
     assert got["Thm 7.1 breakpoint"] == report.NOT_RUN
     assert all(v == report.REPRODUCED for k, v in got.items() if k.startswith(("Thm 3.10", "Thm 5.5")))
-    worse = verdicts(report.build(fixture_tree(tmp_path / "b", growth=1e4, ntk_vit=80.0)))
+    worse = verdicts(report.build(fixture_tree(tmp_path / "b", growth=1e4, ntk_vit=80.0, exponential=False)))
     assert worse["NTK-Attention's error grows only ~100× while m grows ~131,000× (2^1 → 2^17) — W entries std 0.125"] \
         == report.NOT_REPRODUCED
     assert worse["Table 1: NTK-ViT on CIFAR-100"] == report.NOT_REPRODUCED
+    assert [v for k, v in worse.items() if k.startswith("Thm 5.5")] == [report.NOT_REPRODUCED]  # not exponential
 
 
 def test_missing_experiments_are_marked_not_run(tmp_path):
