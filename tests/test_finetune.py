@@ -102,3 +102,32 @@ def test_a_text_field_the_data_lacks_is_named(tmp_path):
     r = invoke("finetune", RECIPES / "minilm_rte.yaml", "--set", f"data.path={data}", "--device", "cpu",
                "--set", "data.text_fields=[question, passage]", "--out", tmp_path)
     assert_one_line_error(r, "no field 'question'", "sentence1")
+
+
+@pytest.mark.parametrize("fmt", ["parquet", "csv", "imagefolder"])
+def test_local_parquet_csv_and_image_folders_load(tmp_path, fmt):
+    from PIL import Image
+
+    from ntkcli.experiments.finetune import data
+    from ntkcli.recipes import DataSpec
+
+    if fmt == "imagefolder":
+        for split in ("train", "val"):
+            for label, shade in (("cat", 40), ("dog", 200)):
+                (tmp_path / split / label).mkdir(parents=True)
+                for i in range(3):
+                    Image.new("RGB", (12, 10), (shade, i, 0)).save(tmp_path / split / label / f"{i}.png")
+        spec = DataSpec(path=str(tmp_path), image_field="image", num_labels=2)
+    else:
+        frame = pd.DataFrame({"question": ["is it?", "why?", "how?"], "passage": ["yes.", "no.", "so."],
+                              "label": [True, False, True]})
+        for split in ("train", "validation"):
+            getattr(frame, f"to_{fmt}")(tmp_path / f"{split}.{fmt}", index=False)
+        spec = DataSpec(path=str(tmp_path), text_fields=["question", "passage"], num_labels=2)
+    ds = data.load_split(spec, spec.eval_split, seed=0)
+    assert sorted(set(ds["label"])) == [0, 1]
+    if fmt == "imagefolder":
+        pixels = data.with_pixels(ds, 8, 3)[0]["pixel_values"]
+        assert pixels.shape == (3, 8, 8) and -1 <= pixels.min() <= pixels.max() <= 1
+    else:
+        assert ds[1]["text_a"] == "why?" and ds[1]["text_b"] == "no."
