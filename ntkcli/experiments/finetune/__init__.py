@@ -70,6 +70,20 @@ def load_model(spec: ModelSpec, image: bool, num_labels: int, source: str | None
                         f"{str(err).splitlines()[0]}") from None
 
 
+def model_config(spec: ModelSpec, source: str | None = None):
+    """The model's configuration alone (no weights): spec.config, or config.json at the source."""
+    from transformers import AutoConfig
+
+    source = source or (resolve(spec.name_or_path) if spec.name_or_path else None)
+    try:
+        if source is None:
+            return AutoConfig.for_model(**spec.config)
+        return AutoConfig.from_pretrained(source, trust_remote_code=spec.trust_remote_code)
+    except (OSError, ValueError, KeyError, TypeError) as err:
+        raise UserError(f"model {source or 'config'!r} cannot be loaded (not found offline?): "
+                        f"{str(err).splitlines()[0]}") from None
+
+
 def load_tokenizer(spec: ModelSpec):
     from transformers import AutoTokenizer
 
@@ -82,15 +96,15 @@ def load_tokenizer(spec: ModelSpec):
         raise UserError(f"tokenizer {where!r} cannot be loaded offline: {str(err).splitlines()[0]}") from None
 
 
-def _datasets(cfg: FinetuneRecipe, model, tokenizer, classes=None):
-    """(train, eval, collator) ready for the Trainer."""
+def _datasets(cfg: FinetuneRecipe, config, tokenizer, classes=None):
+    """(train, eval, collator) ready for the Trainer; `config` is the model's (image size, channels)."""
     from transformers import DataCollatorWithPadding, default_data_collator
 
     spec: DataSpec = cfg.data
     splits = [D.load_split(spec, split, cfg.seed, classes, limit)
               for split, limit in ((spec.train_split, spec.max_train_samples), (spec.eval_split, spec.max_eval_samples))]
     if tokenizer is None:
-        size, channels = model.config.image_size, model.config.num_channels
+        size, channels = config.image_size, config.num_channels
         return *(D.with_pixels(s, size, channels) for s in splits), default_data_collator
     return *(D.tokenize(s, tokenizer, spec.max_length) for s in splits), DataCollatorWithPadding(tokenizer)
 
@@ -110,8 +124,8 @@ def pretrain(cfg: FinetuneRecipe, run: Run, device: torch.device) -> tuple[Path,
         return folder, done
     set_seed(cfg.seed)
     model = load_model(cfg.model, cfg.data.image_field is not None, len(spec.classes)).to(device)
-    train_ds, eval_ds, collator = _datasets(cfg, model, None if cfg.data.image_field else load_tokenizer(cfg.model),
-                                            spec.classes)
+    train_ds, eval_ds, collator = _datasets(cfg, model.config,
+                                            None if cfg.data.image_field else load_tokenizer(cfg.model), spec.classes)
     tspec = cfg.train.model_copy(update={"batch_size": spec.batch_size})
     with run.task(f"pretrain on classes {spec.classes}", _steps(len(train_ds), spec.batch_size, spec.epochs)) as adv:
         rows = train(model, train_ds, eval_ds, collator, spec=tspec, lr=spec.lr, epochs=spec.epochs,
@@ -161,9 +175,7 @@ def run(cfg: FinetuneRecipe, run: Run) -> dict[str, pd.DataFrame]:
     todo = [(spec, seed) for spec in cfg.methods for seed in cfg.seeds if (method_label(spec), seed) not in done]
     frames = [previous] if previous is not None else []
     if todo:
-        probe = load_model(cfg.model, image, cfg.data.num_labels, source)
-        train_ds, eval_ds, collator = _datasets(cfg, probe, tokenizer)
-        del probe
+        train_ds, eval_ds, collator = _datasets(cfg, model_config(cfg.model, source) if image else None, tokenizer)
         total = len(todo) * _steps(len(train_ds), cfg.train.batch_size, cfg.train.epochs)
         with run.task(f"fine-tune {len(todo)} runs", total) as advance:
             for spec, seed in todo:
