@@ -16,6 +16,7 @@ from pathlib import Path
 
 import numpy as np
 import pandas as pd
+import yaml
 
 REPRODUCED, NOT_REPRODUCED, NOT_RUN = "reproduced", "not reproduced", "not run at this scale"
 
@@ -29,6 +30,14 @@ TABLE2 = {"ptuning-v2 m=1": (65.69, 67.06, 52.00, 53.59, 65.97, 60.86),
           "lora r=8": (76.52, 90.23, 86.50, 65.09, 87.76, 81.24),
           "ntk": (75.06, 96.04, 88.00, 65.85, 86.59, 82.31)}
 TOLERANCE = 3.0  # accuracy points within which a table entry counts as reproduced
+SCALE = {"approx-error": ("max_log2m", "repeats", "n_test", "d"), "convergence": ("log2m", "t_depths", "t_widths", "seeds"),
+         "finetune": ("seeds", "train"), "scaling-law": ("n_values", "widths", "steps", "seeds")}
+
+
+def _short(value) -> str:
+    if isinstance(value, dict):  # finetune's train section: its epochs
+        return f"{value.get('epochs', '?')} epochs" if "epochs" in value else str(value)
+    return str(value).replace(" ", "")
 
 
 @dataclass
@@ -64,9 +73,13 @@ class RunFolder:
 
     @property
     def source(self) -> str:
-        wall = self.info.get("wall_seconds")
-        return f"{self.path.parent.name}/{self.name} ({self.info.get('device', '?')}, " \
-               f"{'?' if wall is None else f'{wall:.0f}'} s)"
+        """The run folder (named after its recipe), its device and the recipe fields that set its scale."""
+        try:
+            config = yaml.safe_load((self.path / "config.yaml").read_text()) or {}
+        except (OSError, yaml.YAMLError):
+            config = {}
+        scale = ", ".join(f"{k} {_short(config[k])}" for k in SCALE.get(self.path.parent.name, ()) if k in config)
+        return f"{self.path.parent.name}/{self.name} ({self.info.get('device', '?')}{'; ' + scale if scale else ''})"
 
 
 def finished_runs(outputs: Path, command: str, section: Section) -> list[RunFolder]:
@@ -250,7 +263,7 @@ def _md_table(df: pd.DataFrame) -> str:
 
 def _claims_frame(section: Section) -> pd.DataFrame:
     return pd.DataFrame([(c.claim, c.paper, c.measured, c.source, c.verdict) for c in section.claims],
-                        columns=["claim", "paper", "measured", "source (run, device, wall time)", "verdict"])
+                        columns=["claim", "paper", "measured", "source (run, device, scale)", "verdict"])
 
 
 def to_markdown(sections: list[Section], outputs: Path) -> str:
