@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import contextlib
 import math
-import os
 import sys
 from pathlib import Path
 from typing import Any, Iterator, Optional
@@ -24,7 +23,7 @@ from rich.table import Table
 from .errors import UserError
 from .recipes import (ApproxErrorRecipe, ConvergenceRecipe, FinetuneRecipe, Recipe, ScalingLawRecipe, load_recipe,
                       method_label, parse_overrides)
-from .runs import Run, resolve_device
+from .runs import Run, is_main_process, resolve_device
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, rich_markup_mode="rich",
                   help="NTK-Attention and the NTK theory of prefix learning and transformer scaling laws.")
@@ -95,6 +94,12 @@ def _load(cls: type[Recipe], recipe: Optional[Path], sets: list[str], **flags: A
     return load_recipe(cls, recipe, overrides)
 
 
+def _start_run(command: str, cfg: Recipe, resumable: tuple[str, ...], fresh: bool) -> Run:
+    """The run folder; under torchrun only rank 0 discards old results and shows progress."""
+    main = is_main_process()
+    return Run(command, cfg, resumable=resumable, fresh=fresh and main, progress=_progress_factory() if main else None)
+
+
 def _dry_run(cfg: Recipe, plan: list[tuple[str, str]]) -> None:
     table = Table(title=f"recipe '{cfg.name}' (resolved)")
     table.add_column("field")
@@ -137,7 +142,7 @@ def approx_error(
                            ("methods", str(len(cfg.methods))),
                            ("queries streamed per repeat", str((cfg.n_train + cfg.n_test) * cfg.seq_len))])
             return
-        run = Run("approx-error", cfg, resumable=experiment.RESUMABLE, fresh=fresh, progress=_progress_factory())
+        run = _start_run("approx-error", cfg, experiment.RESUMABLE, fresh)
         tables = experiment.run(cfg, run)
     print_table(tables["headline"], f"approx-error: Eq. (6) error, mean over {cfg.repeats} repeats (s = {cfg.scale:.4g})")
     err_console.print(f"wrote {run.dir}/results.csv, summary.csv, approx_error.png, run.json")
@@ -174,7 +179,7 @@ def convergence(
             return
         if resolve_device(cfg.device).type != "cpu":
             raise UserError("convergence runs its float64 theory checks on the CPU only; use --device cpu")
-        run = Run("convergence", cfg, resumable=experiment.RESUMABLE, fresh=fresh, progress=_progress_factory())
+        run = _start_run("convergence", cfg, experiment.RESUMABLE, fresh)
         tables = experiment.run(cfg, run)
     print_table(tables["prefix"], "paper 1: one-token prefix (rates per step; λ of H = JJᵀ/m)")
     print_table(tables["transformer"], "paper 2: N-layer transformer, SGD")
@@ -212,11 +217,9 @@ def finetune(
                            ("data", cfg.data.path or f"{cfg.data.name} {cfg.data.config or ''}".strip())])
             return
         resolve_device(cfg.device)
-        main = experiment.is_main_process()
-        run = Run("finetune", cfg, resumable=experiment.RESUMABLE, fresh=fresh and main,
-                  progress=_progress_factory() if main else None)
+        run = _start_run("finetune", cfg, experiment.RESUMABLE, fresh)
         tables = experiment.run(cfg, run)
-    if not main:
+    if not is_main_process():
         return
     s = tables["summary"]
     shown = pd.DataFrame({
@@ -263,11 +266,9 @@ def scaling_law(
             return
         if resolve_device(cfg.device).type != "cpu":
             raise UserError("scaling-law trains its small students on the CPU only; use --device cpu")
-        main = int(os.environ.get("RANK", "0")) == 0
-        run = Run("scaling-law", cfg, resumable=experiment.RESUMABLE, fresh=fresh and main,
-                  progress=_progress_factory() if main else None)
+        run = _start_run("scaling-law", cfg, experiment.RESUMABLE, fresh)
         tables = experiment.run(cfg, run)
-    if not main:
+    if not is_main_process():
         return
     print_table(tables["verdicts"][["law", "theorem", "theory", "measured", "verdict"]],
                 "paper 2 scaling laws: theory vs measurement (95% bootstrap intervals)")

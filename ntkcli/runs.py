@@ -34,6 +34,16 @@ _UMASK = os.umask(0)
 os.umask(_UMASK)
 
 
+def process_rank() -> tuple[int, int]:
+    """(rank, world size) under torchrun / accelerate launch; (0, 1) in a plain process."""
+    return int(os.environ.get("RANK", "0")), int(os.environ.get("WORLD_SIZE", "1"))
+
+
+def is_main_process() -> bool:
+    """Rank 0, the one process that writes outputs and prints."""
+    return process_rank()[0] == 0
+
+
 def atomic_write(path: Path, write: Callable[[Path], None]) -> None:
     """Call write(tmp) on a temporary file beside `path`, then rename it over `path`."""
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=path.suffix)

@@ -16,7 +16,6 @@ compute  per N, the frontier min risk vs C over widths and steps: exponential st
 from __future__ import annotations
 
 import math
-import os
 import textwrap
 
 import matplotlib
@@ -31,7 +30,7 @@ from torch.func import vmap  # noqa: E402
 
 from .. import fitting  # noqa: E402
 from ..recipes import ScalingLawRecipe  # noqa: E402
-from ..runs import Run, resume, seed_for  # noqa: E402
+from ..runs import Run, is_main_process, process_rank, resume, seed_for  # noqa: E402
 from ..theory import transformer  # noqa: E402
 from ..theory.transformer import Shape  # noqa: E402
 
@@ -159,14 +158,10 @@ def data_pools(cfg: ScalingLawRecipe, teacher: Teacher, seeds: list[int], dtype)
         return pools, (X_test, teacher(X_test))
 
 
-def _shard() -> tuple[int, int]:
-    return int(os.environ.get("RANK", "0")), int(os.environ.get("WORLD_SIZE", "1"))
-
-
 def measure(cfg: ScalingLawRecipe, run: Run) -> pd.DataFrame:
     """Train the missing students (this process's share of the groups under torchrun) and save them."""
     dtype = getattr(torch, cfg.dtype)
-    rank, world = _shard()
+    rank, world = process_rank()
     previous = run.load_csv("results.csv")
     done = resume(previous, KEYS)
     groups: dict[tuple[int, int], list[tuple[int, int]]] = {}
@@ -198,7 +193,7 @@ def _gather_shards(run: Run, world: int) -> None:
     if not dist.is_initialized():
         dist.init_process_group("gloo")
     dist.barrier()
-    if _shard()[0] == 0:
+    if is_main_process():
         parts = [run.load_csv(f"results.rank{r}.csv") for r in range(world)]
         merged = pd.concat([p for p in parts if p is not None], ignore_index=True)
         run.save_csv("results.csv", merged.drop_duplicates(subset=KEYS + ["step"], keep="last"))
@@ -368,7 +363,7 @@ def figure(cfg: ScalingLawRecipe, df: pd.DataFrame, laws: dict) -> plt.Figure:
 
 def run(cfg: ScalingLawRecipe, run: Run) -> dict[str, pd.DataFrame]:
     results = measure(cfg, run)
-    if _shard()[0] != 0:
+    if not is_main_process():
         return {}
     wanted = set(sweep_points(cfg))
     keep = [(n, w, dep) in wanted and s < cfg.seeds for n, w, dep, s in results[KEYS].itertuples(index=False)]

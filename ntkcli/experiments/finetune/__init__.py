@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import importlib.util
 import math
-import os
 import shutil
 import warnings
 from pathlib import Path
@@ -22,7 +21,7 @@ import torch
 from ...adapters import inject
 from ...errors import UserError
 from ...recipes import DataSpec, FinetuneRecipe, ModelSpec, method_label, method_options
-from ...runs import Run, resolve_device, resume, seed_for
+from ...runs import Run, is_main_process, process_rank, resolve_device, resume, seed_for
 from . import data as D
 from .train import train
 
@@ -30,11 +29,6 @@ KEYS = ["method", "seed"]
 COLUMNS = ["method", "kind", "seed", "epoch", "accuracy", "eval_loss", "train_loss", "train_seconds", "peak_mem_mb",
            "lr", "trainable_params", "total_params"]
 RESUMABLE = ("methods", "seeds")
-
-
-def is_main_process() -> bool:
-    """False on the non-zero ranks of torchrun / accelerate launch, which train but neither write nor print."""
-    return int(os.environ.get("RANK", "0")) == 0
 
 
 def _wait_for_main() -> None:
@@ -53,12 +47,17 @@ def resolve(name: str) -> str:
     return str(Path(found.origin).parent / folder)
 
 
+def _source(spec: ModelSpec, source: str | None) -> str | None:
+    """Where the weights come from: the pretrain cache, spec.name_or_path, or None (built from spec.config)."""
+    return source or (resolve(spec.name_or_path) if spec.name_or_path else None)
+
+
 def load_model(spec: ModelSpec, image: bool, num_labels: int, source: str | None = None):
     """A classification model: from the hub/a folder, or randomly initialised from spec.config."""
     from transformers import AutoConfig, AutoModelForImageClassification, AutoModelForSequenceClassification
 
     auto = AutoModelForImageClassification if image else AutoModelForSequenceClassification
-    source = source or (resolve(spec.name_or_path) if spec.name_or_path else None)
+    source = _source(spec, source)
     try:
         if source is None:
             return auto.from_config(AutoConfig.for_model(**spec.config, num_labels=num_labels))
@@ -74,7 +73,7 @@ def model_config(spec: ModelSpec, source: str | None = None):
     """The model's configuration alone (no weights): spec.config, or config.json at the source."""
     from transformers import AutoConfig
 
-    source = source or (resolve(spec.name_or_path) if spec.name_or_path else None)
+    source = _source(spec, source)
     try:
         if source is None:
             return AutoConfig.for_model(**spec.config)
@@ -111,7 +110,7 @@ def _datasets(cfg: FinetuneRecipe, config, tokenizer, classes=None):
 
 def _steps(n: int, batch: int, epochs: int) -> int:
     """Optimizer steps per process (the Trainer shards each batch of batch × world size examples)."""
-    return math.ceil(n / (batch * int(os.environ.get("WORLD_SIZE", "1")))) * epochs
+    return math.ceil(n / (batch * process_rank()[1])) * epochs
 
 
 def pretrain(cfg: FinetuneRecipe, run: Run, device: torch.device) -> tuple[Path, pd.DataFrame]:
