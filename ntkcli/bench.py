@@ -137,7 +137,7 @@ def finetune_step(device: str = "cpu", batch: int = 32, length: int = 128, repea
     from transformers import logging as hf_logging
 
     from .adapters import inject
-    from .experiments.finetune import resolve
+    from .models import resolve
 
     hf_logging.set_verbosity_error()
     hf_logging.disable_progress_bar()

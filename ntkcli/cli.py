@@ -65,7 +65,11 @@ def _progress_factory():
                    TimeElapsedColumn(), TextColumn("left"), TimeRemainingColumn())
         with Progress(*columns, console=err_console, transient=False) as progress:
             task = progress.add_task(description, total=total)
-            yield lambda n=1: progress.advance(task, n)
+            try:
+                yield lambda n=1: progress.advance(task, n)
+            except BaseException:
+                progress.remove_task(task)  # a failed run ends in its one error line, not under a half-filled bar
+                raise
     return factory
 
 

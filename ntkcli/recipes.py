@@ -163,7 +163,8 @@ class ModelSpec(Section):
     config: dict[str, Any] | None = Field(None, description="instead: a randomly initialised model from this config "
                                           "(model_type and sizes), or the architecture `pretrain` trains")
     tokenizer: str | None = Field(None, description="tokenizer location; defaults to name_or_path")
-    trust_remote_code: bool = Field(False, description="needed by ChatGLM3")
+    trust_remote_code: bool = Field(False, description="run modelling code downloaded from the hub (avoid it: "
+                                    "ChatGLM3 loads natively without it)")
     dtype: Literal["float32", "bfloat16", "float16"] = "float32"
 
     @model_validator(mode="after")

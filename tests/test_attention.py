@@ -54,18 +54,25 @@ def test_additive_float_mask_equals_boolean_mask():
     assert (a - b).abs().max() < 1e-10
 
 
-def test_row_with_every_key_masked_sees_only_the_prefix():
+def test_row_with_every_key_masked_is_zero_as_in_sdpa():
+    """A padded query sees no input key: its row is zero (as SDPA gives), never NaN and never φ(Q)Z/φ(Q)k, which
+    a trained k can send through zero to ±inf (and, through the next layer's V, poison the visible rows)."""
     q, k, v = qkv()
     keep = torch.ones(2, 1, 7, 7, dtype=torch.bool)
     keep[0, :, 2, :] = False
-    Z, kv = torch.randn(3, 5, 5, dtype=D), torch.rand(3, 5, dtype=D) + 0.1
-    out = ntk_attention(q, k, v, Z, kv, attn_mask=keep)
-    f, _ = elu(q[0, :, 2] * 5 ** -0.25)
-    prefix_only = (f.unsqueeze(1) @ Z).squeeze(1) / (f * kv).sum(-1, keepdim=True)
-    assert torch.isfinite(out).all()
-    assert (out[0, :, 2] - prefix_only).abs().max() < 1e-10
+    for Z, kv in ((torch.randn(3, 5, 5, dtype=D), torch.rand(3, 5, dtype=D) + 0.1),
+                  (torch.zeros(3, 5, 5, dtype=D), torch.zeros(3, 5, dtype=D)),
+                  (torch.randn(3, 5, 5, dtype=D), -torch.rand(3, 5, dtype=D))):
+        out = ntk_attention(q, k, v, Z, kv, attn_mask=keep)
+        assert torch.equal(out[0, :, 2], torch.zeros_like(out[0, :, 2]))
+        others = torch.ones(2, 7, dtype=torch.bool)
+        others[0, 2] = False
+        assert torch.isfinite(out.transpose(1, 2)[others]).all()
     _, lse = attention_lse(q, k, v, attn_mask=keep)
     assert torch.isinf(lse[0, :, 2]).all() and torch.isfinite(lse[1]).all()
+    Z = torch.zeros(3, 5, 5, dtype=D, requires_grad=True)
+    ntk_attention(q, k, v, Z, torch.zeros(3, 5, dtype=D), attn_mask=keep).sum().backward()
+    assert torch.isfinite(Z.grad).all()
 
 
 def test_zero_key_prefix_is_reproduced_by_a_constant_feature_map():

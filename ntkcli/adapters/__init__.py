@@ -1,20 +1,20 @@
 """Fine-tuning methods on Hugging Face models: `inject(model, method, **options)`.
 
 ntk and ptuning-v2 live on the attention modules and run through transformers' AttentionInterface
-(or, for ChatGLM3's remote code, a core_attention wrapper); lora comes from peft; fft trains all.
+(ChatGLM3 too, loaded as transformers' native GLM); lora comes from peft; fft trains all.
 Adapters save as safetensors + JSON and load back onto the base model.
 """
 
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from pathlib import Path
 
 import torch
 from torch import nn
 
-from . import chatglm, lora, ntk, ptuning_v2
+from . import lora, ntk, ptuning_v2
 from .common import Options, attention_modules, count_parameters, freeze_backbone, head_shape, register
 
 INTERFACE_METHODS = {ntk.NAME: ntk, ptuning_v2.NAME: ptuning_v2}
@@ -35,17 +35,6 @@ class Injected:
 def _inject_attention(model: nn.Module, method, opts: Options) -> None:
     shape = head_shape(model.config)
     gen = torch.Generator().manual_seed(opts.seed)
-    cores = chatglm.core_attention_modules(model)
-    if cores:
-        if getattr(opts, "init", None) == "prefix":
-            raise ValueError("init 'prefix' needs the layer's key/value projections, which ChatGLM fuses; "
-                             "use init zeros/paper (ntk) or normal (ptuning-v2)")
-        per_head = replace(shape, kv_heads=shape.heads)  # ChatGLM expands keys to every head before the call
-        for parent in cores:
-            core = chatglm.CoreAttention(method.forward)
-            method.add_parameters(core, per_head, opts, gen)
-            parent.core_attention = core.to(next(parent.parameters()).device)
-        return
     modules = attention_modules(model)
     if not modules:
         raise ValueError(f"{type(model).__name__} has no attention modules with key/value projections to adapt")

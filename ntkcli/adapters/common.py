@@ -13,7 +13,8 @@ from torch import Tensor, nn
 
 KEY_PROJ = ("key", "k_proj")
 VALUE_PROJ = ("value", "v_proj")
-HEAD_MODULES = ("classifier", "score")  # the task heads transformers' *ForSequence/ImageClassification add
+HEAD_MODULES = ("classifier", "score", "classifier_head")  # task heads' usual names, for models built from a config
+TASK_HEAD = "ntk_task_head"  # the attribute where the loader records the head's parameter names
 
 
 class Options(BaseModel):
@@ -73,10 +74,38 @@ def random_prefix(module: nn.Module, shape: HeadShape, m: int, gen: torch.Genera
     return split(keys), split(values)
 
 
+def _to_head_dtype(module: nn.Module, args: tuple) -> tuple:
+    dtype = next(module.parameters()).dtype
+    return tuple(a.to(dtype) if torch.is_tensor(a) and a.is_floating_point() else a for a in args)
+
+
+def set_task_head(model: nn.Module, names: list[str] | None) -> None:
+    """Record the task head: the parameters `names` that the pretrained checkpoint lacked (None for a model
+    built from a config: the modules named classifier, score or classifier_head). A half-precision head is
+    made float32 and its inputs are cast to it, so that a half-precision backbone trains a float32 head."""
+    own = dict(model.named_parameters())
+    names = [n for n in names or () if n in own] or [n for n in own if set(n.split(".")) & set(HEAD_MODULES)]
+    setattr(model, TASK_HEAD, sorted(names))
+    for module_name in sorted({n.rpartition(".")[0] for n in names}):
+        module = model.get_submodule(module_name)
+        if any(p.dtype in (torch.float16, torch.bfloat16) for p in module.parameters(recurse=False)):
+            module.float()
+        module.register_forward_pre_hook(_to_head_dtype)
+
+
+def task_head(model: nn.Module) -> list[str]:
+    """The task head's parameter names (see set_task_head)."""
+    recorded = getattr(model, TASK_HEAD, None)
+    if recorded is None:
+        set_task_head(model, None)
+    return getattr(model, TASK_HEAD)
+
+
 def freeze_backbone(model: nn.Module) -> None:
-    """Freeze every weight but the task head (classifier/score), which stays trainable."""
+    """Freeze every weight but the task head, which stays trainable."""
+    head = set(task_head(model))
     for name, p in model.named_parameters():
-        p.requires_grad_(any(part in HEAD_MODULES for part in name.split(".")))
+        p.requires_grad_(name in head)
 
 
 def count_parameters(model: nn.Module) -> tuple[int, int]:

@@ -5,11 +5,11 @@ from __future__ import annotations
 from pydantic import Field
 from torch import nn
 
-from .common import HEAD_MODULES, Options
+from .common import Options, task_head
 
 NAME = "lora"
-# (projection names) per architecture family, tried in order: BERT/ViT, Llama/Qwen/GLM-4/…, ChatGLM3
-TARGETS = (("query", "value"), ("q_proj", "v_proj"), ("query_key_value",), ("c_attn",))
+# (projection names) per architecture family, tried in order: BERT/ViT, Llama/Qwen/GLM (ChatGLM3 too)/…, GPT-2
+TARGETS = (("query", "value"), ("q_proj", "v_proj"), ("c_attn",))
 
 
 class LoraOptions(Options):
@@ -31,8 +31,7 @@ def inject(model: nn.Module, opts: LoraOptions) -> nn.Module:
     """The model wrapped by peft: LoRA on the targets, the task head trained in full."""
     from peft import LoraConfig, get_peft_model
 
-    names = {name.rsplit(".", 1)[-1] for name, _ in model.named_modules()}
+    head = sorted({name.rpartition(".")[0] for name in task_head(model)})
     config = LoraConfig(r=opts.r, lora_alpha=opts.alpha, lora_dropout=opts.dropout,
-                        target_modules=opts.target_modules or default_targets(model),
-                        modules_to_save=[h for h in HEAD_MODULES if h in names] or None)
+                        target_modules=opts.target_modules or default_targets(model), modules_to_save=head or None)
     return get_peft_model(model, config)

@@ -9,7 +9,6 @@ and fine-tunes that checkpoint (cached in the run folder).
 
 from __future__ import annotations
 
-import importlib.util
 import math
 import shutil
 import warnings
@@ -20,10 +19,11 @@ import torch
 
 from ...adapters import inject
 from ...errors import UserError
-from ...recipes import DataSpec, FinetuneRecipe, ModelSpec, method_label, method_options
+from ...models import load_model, load_tokenizer, model_config
+from ...recipes import DataSpec, FinetuneRecipe, method_label, method_options
 from ...runs import Run, is_main_process, process_rank, resolve_device, resume, seed_for
 from . import data as D
-from .train import train
+from .train import TrainingFailed, train
 
 KEYS = ["method", "seed"]
 COLUMNS = ["method", "kind", "seed", "epoch", "accuracy", "eval_loss", "train_loss", "train_seconds", "peak_mem_mb",
@@ -34,65 +34,6 @@ RESUMABLE = ("methods", "seeds")
 def _wait_for_main() -> None:
     if torch.distributed.is_available() and torch.distributed.is_initialized():
         torch.distributed.barrier()
-
-
-def resolve(name: str) -> str:
-    """A model location; pkg:<package>/<folder> is a folder inside an installed package."""
-    if not name.startswith("pkg:"):
-        return name
-    package, _, folder = name[4:].partition("/")
-    found = importlib.util.find_spec(package)
-    if found is None or found.origin is None:
-        raise UserError(f"package {package!r} is not installed (needed for model {name})")
-    return str(Path(found.origin).parent / folder)
-
-
-def _source(spec: ModelSpec, source: str | None) -> str | None:
-    """Where the weights come from: the pretrain cache, spec.name_or_path, or None (built from spec.config)."""
-    return source or (resolve(spec.name_or_path) if spec.name_or_path else None)
-
-
-def load_model(spec: ModelSpec, image: bool, num_labels: int, source: str | None = None):
-    """A classification model: from the hub/a folder, or randomly initialised from spec.config."""
-    from transformers import AutoConfig, AutoModelForImageClassification, AutoModelForSequenceClassification
-
-    auto = AutoModelForImageClassification if image else AutoModelForSequenceClassification
-    source = _source(spec, source)
-    try:
-        if source is None:
-            return auto.from_config(AutoConfig.for_model(**spec.config, num_labels=num_labels))
-        return auto.from_pretrained(source, num_labels=num_labels, ignore_mismatched_sizes=True,
-                                    trust_remote_code=spec.trust_remote_code, dtype=getattr(torch, spec.dtype))
-    except (OSError, ValueError, KeyError, TypeError) as err:
-        what = f"model {source!r}" if source else "model.config"
-        raise UserError(f"{what} cannot be loaded (not found offline, or not a classification model): "
-                        f"{str(err).splitlines()[0]}") from None
-
-
-def model_config(spec: ModelSpec, source: str | None = None):
-    """The model's configuration alone (no weights): spec.config, or config.json at the source."""
-    from transformers import AutoConfig
-
-    source = _source(spec, source)
-    try:
-        if source is None:
-            return AutoConfig.for_model(**spec.config)
-        return AutoConfig.from_pretrained(source, trust_remote_code=spec.trust_remote_code)
-    except (OSError, ValueError, KeyError, TypeError) as err:
-        raise UserError(f"model {source or 'config'!r} cannot be loaded (not found offline?): "
-                        f"{str(err).splitlines()[0]}") from None
-
-
-def load_tokenizer(spec: ModelSpec):
-    from transformers import AutoTokenizer
-
-    where = spec.tokenizer or spec.name_or_path
-    if where is None:
-        raise UserError("a text task built from model.config needs model.tokenizer")
-    try:
-        return AutoTokenizer.from_pretrained(resolve(where), trust_remote_code=spec.trust_remote_code)
-    except (OSError, ValueError) as err:
-        raise UserError(f"tokenizer {where!r} cannot be loaded offline: {str(err).splitlines()[0]}") from None
 
 
 def _datasets(cfg: FinetuneRecipe, config, tokenizer, classes=None):
@@ -127,8 +68,11 @@ def pretrain(cfg: FinetuneRecipe, run: Run, device: torch.device) -> tuple[Path,
                                             None if cfg.data.image_field else load_tokenizer(cfg.model), spec.classes)
     tspec = cfg.train.model_copy(update={"batch_size": spec.batch_size})
     with run.task(f"pretrain on classes {spec.classes}", _steps(len(train_ds), spec.batch_size, spec.epochs)) as adv:
-        rows = train(model, train_ds, eval_ds, collator, spec=tspec, lr=spec.lr, epochs=spec.epochs,
-                     seed=cfg.seed, device=device, advance=adv)
+        try:
+            rows = train(model, train_ds, eval_ds, collator, spec=tspec, lr=spec.lr, epochs=spec.epochs,
+                         seed=cfg.seed, device=device, advance=adv)
+        except TrainingFailed as err:
+            raise UserError(f"pretraining: {err}") from None
     table = pd.DataFrame(rows).assign(classes=" ".join(map(str, spec.classes)))
     if is_main_process():
         tmp = run.path(".pretrained-tmp")
@@ -188,8 +132,12 @@ def run(cfg: FinetuneRecipe, run: Run) -> dict[str, pd.DataFrame]:
                 except ValueError as err:
                     raise UserError(f"method {method_label(spec)}: {err}") from None
                 lr = spec.lr or (cfg.train.fft_lr if spec.method == "fft" else cfg.train.lr)
-                rows = train(injected.model, train_ds, eval_ds, collator, spec=cfg.train, lr=lr,
-                             epochs=cfg.train.epochs, seed=seed, device=device, advance=advance)
+                try:
+                    rows = train(injected.model, train_ds, eval_ds, collator, spec=cfg.train, lr=lr,
+                                 epochs=cfg.train.epochs, seed=seed, device=device, advance=advance)
+                except TrainingFailed as err:
+                    raise UserError(f"method {method_label(spec)}, seed {seed}: {err}; nothing recorded for this "
+                                    "run") from None
                 frames.append(pd.DataFrame(rows).assign(
                     method=method_label(spec), kind=spec.method, seed=seed, lr=lr,
                     trainable_params=injected.trainable, total_params=injected.total)[COLUMNS])

@@ -58,6 +58,10 @@ def _precision(spec: TrainSpec, device: torch.device) -> dict:
     return {"bf16": mode == "bf16", "fp16": mode == "fp16"}
 
 
+class TrainingFailed(Exception):
+    """Training produced nothing worth recording (a non-finite loss, or no optimizer step taken)."""
+
+
 def _accuracy(prediction) -> dict:
     logits, labels = prediction.predictions, prediction.label_ids
     logits = logits[0] if isinstance(logits, tuple) else logits
@@ -70,9 +74,17 @@ def train(model, train_ds, eval_ds, collator, *, spec: TrainSpec, lr: float, epo
     from transformers import PrinterCallback, Trainer, TrainerCallback, TrainingArguments
 
     seconds: list[float] = []
+    skipped: list[int] = []
+
+    class CheckedTrainer(Trainer):
+        def training_step(self, model, inputs, num_items_in_batch=None):
+            loss = super().training_step(model, inputs, num_items_in_batch)
+            if not torch.isfinite(loss):
+                raise TrainingFailed(f"the training loss is {loss.item()} at step {self.state.global_step + 1}")
+            return loss
 
     class Clock(TrainerCallback):
-        """Training time per epoch (evaluation excluded) and the progress bar."""
+        """Training time per epoch (evaluation excluded), steps the fp16 grad scaler skipped, the progress bar."""
 
         def on_epoch_begin(self, args, state, control, **kw):
             self.t0 = time.perf_counter()
@@ -81,6 +93,7 @@ def train(model, train_ds, eval_ds, collator, *, spec: TrainSpec, lr: float, epo
             seconds.append(time.perf_counter() - self.t0)
 
         def on_step_end(self, args, state, control, **kw):
+            skipped.extend([state.global_step] if trainer.accelerator.optimizer_step_was_skipped else [])
             advance(1)
 
     with tempfile.TemporaryDirectory(prefix="ntk-trainer-") as scratch:
@@ -90,11 +103,14 @@ def train(model, train_ds, eval_ds, collator, *, spec: TrainSpec, lr: float, epo
             per_device_eval_batch_size=spec.eval_batch_size, eval_strategy="epoch", logging_strategy="epoch",
             save_strategy="no", report_to=[], seed=seed, data_seed=seed, use_cpu=device.type == "cpu",
             disable_tqdm=True, remove_unused_columns=False, dataloader_num_workers=0, **_precision(spec, device))
-        trainer = Trainer(model=model, args=args, train_dataset=train_ds, eval_dataset=eval_ds,
+        trainer = CheckedTrainer(model=model, args=args, train_dataset=train_ds, eval_dataset=eval_ds,
                           data_collator=collator, compute_metrics=_accuracy, callbacks=[Clock()])
         trainer.remove_callback(PrinterCallback)  # our progress bar and tables report instead
         with peak_memory(device) as peak:
             trainer.train()
+    if skipped and len(skipped) == trainer.state.global_step:
+        raise TrainingFailed(f"the fp16 grad scaler skipped all {len(skipped)} optimizer steps (overflowing "
+                             "gradients), so the weights never changed; use precision bf16 or fp32")
     evals = [h for h in trainer.state.log_history if "eval_accuracy" in h]
     losses = [h["loss"] for h in trainer.state.log_history if "loss" in h]
     return [{"epoch": i + 1, "accuracy": e["eval_accuracy"], "eval_loss": e["eval_loss"],
