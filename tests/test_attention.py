@@ -160,7 +160,53 @@ def test_taylor2_features_give_the_second_order_series():
     t = (x * y).sum(-1)
     fx, fy = taylor2(x)[0], taylor2(y)[0]
     assert fx.shape[-1] == 1 + 6 + 21
-    assert torch.allclose((fx * fy).sum(-1), 1 + t + t * t / 2)
+    assert torch.allclose((fx * fy).sum(-1), 1 + t + t * t / 2, rtol=1e-14, atol=1e-14)  # exact in float64
+
+
+def naive_ntk(q, k, v, Z, kv, keep):
+    """Algorithm 1 written out in float64 with the keep-mask; rows that see no key are zero."""
+    s = (q @ k.transpose(-1, -2)) * q.shape[-1] ** -0.5
+    A = torch.exp(s).masked_fill(~keep, 0.0)
+    f = elu(q * q.shape[-1] ** -0.25)[0]
+    out = (A @ v + f @ Z) / (A.sum(-1, keepdim=True) + (f @ kv.unsqueeze(-1)))
+    return out.masked_fill(~keep.any(-1, keepdim=True), 0.0)
+
+
+@pytest.mark.parametrize("Lq, Lk", [(6, 6), (3, 7), (7, 3)])
+@pytest.mark.parametrize("mask_kind", ["none", "bool", "additive"])
+@pytest.mark.parametrize("is_causal", [False, True])
+def test_every_mask_and_causal_combination_matches_the_float64_reference(Lq, Lk, mask_kind, is_causal):
+    """Including rows that the mask and the causal triangle empty only together (the fused kernel's lse of 0
+    for such a row must become −inf), and Lq ≠ Lk (causal is top-left, as in SDPA)."""
+    g = torch.Generator().manual_seed(Lq * 10 + Lk)
+    q, k, v = (torch.randn(2, 3, n, 5, generator=g, dtype=D) for n in (Lq, Lk, Lk))
+    Z, kv = torch.randn(3, 5, 5, generator=g, dtype=D), torch.rand(3, 5, generator=g, dtype=D) + 0.1
+    keep = torch.ones(2, 1, Lq, Lk, dtype=torch.bool)
+    keep[0, :, :, 0] = False  # with causal: row 0 of batch 0 sees key 0 only, which the mask removes
+    keep[1, :, 1, :] = False  # a row the mask alone empties
+    mask = {"none": None, "bool": keep,
+            "additive": torch.zeros(keep.shape, dtype=D).masked_fill(~keep, float("-inf"))}[mask_kind]
+    want_keep = (keep if mask is not None else torch.ones_like(keep)) & (
+        torch.ones(Lq, Lk, dtype=torch.bool).tril() if is_causal else torch.ones(Lq, Lk, dtype=torch.bool))
+    out = ntk_attention(q, k, v, Z, kv, attn_mask=mask, is_causal=is_causal)
+    assert (out - naive_ntk(q, k, v, Z, kv, want_keep)).abs().max() < 1e-12
+    mean, lse = attention_lse(q, k, v, attn_mask=mask, is_causal=is_causal)
+    assert torch.equal(torch.isinf(lse), ~want_keep.any(-1).expand_as(lse))
+    exact = prefix_attention(q, k, v, k[:, :, :0], v[:, :, :0], attn_mask=mask, is_causal=is_causal)
+    assert torch.isfinite(exact).all() and torch.equal(exact == 0, (mean == 0))
+
+
+@pytest.mark.parametrize("shape_q, shape_k", [((1, 2, 0, 8), (1, 2, 5, 8)), ((1, 2, 3, 8), (1, 2, 0, 8)),
+                                              ((1, 0, 3, 8), (1, 0, 3, 8)), ((0, 2, 3, 8), (0, 2, 3, 8))])
+def test_empty_shapes_give_empty_or_zero_results_like_sdpa(shape_q, shape_k):
+    """No query, no key, no head or no batch: an empty result (or zero rows), never a crashed process."""
+    q, k, v = torch.randn(shape_q), torch.randn(shape_k), torch.randn(shape_k)
+    H = q.shape[1]
+    out = ntk_attention(q, k, v, torch.zeros(H, 8, 8), torch.zeros(H, 8))
+    assert out.shape == torch.nn.functional.scaled_dot_product_attention(q, k, v).shape
+    assert torch.equal(out, torch.zeros_like(out))
+    mean, lse = attention_lse(q, k, v, is_causal=True)
+    assert mean.shape == out.shape and lse.shape == out.shape[:-1]
 
 
 def test_favor_compression_is_unbiased_over_seeds():

@@ -87,11 +87,30 @@ class _AttentionLSE(torch.autograd.Function):
         return dq.to(q0.dtype), dk.to(k0.dtype), dv.to(v0.dtype), None, None, None
 
 
+def _causal_into_mask(mask: Tensor, L: int, S: int) -> Tensor:
+    """An additive mask with the (top-left) causal mask folded in, so that a row emptied by the two together
+    is seen as empty (the fused kernel reports such a row's lse as 0, not −inf)."""
+    return mask.masked_fill(torch.ones(L, S, dtype=torch.bool, device=mask.device).triu(1), NEG_INF)
+
+
+def _empty(q: Tensor, k: Tensor, v: Tensor) -> tuple[Tensor, Tensor]:
+    """The result for empty shapes (no query, no key, no head, no batch), as SDPA gives: an empty tensor, or
+    zeros with lse = −inf where there is no key."""
+    lead = torch.broadcast_shapes(q.shape[:-2], k.shape[:-2], v.shape[:-2])
+    mean = q.new_zeros(*lead, q.shape[-2], v.shape[-1])
+    return mean, torch.full(mean.shape[:-1], NEG_INF, dtype=_work_dtype(q.dtype), device=q.device)
+
+
 def attention_lse(q: Tensor, k: Tensor, v: Tensor, *, scale: float | None = None,
                   attn_mask: Tensor | None = None, is_causal: bool = False) -> tuple[Tensor, Tensor]:
-    """Softmax attention of q over (k, v) as (mean [..., L, dv], lse [..., L]); lse is float32 or wider."""
+    """Softmax attention of q over (k, v) as (mean [..., L, dv], lse [..., L]); lse is float32 or wider.
+    A row with no visible key has mean 0 and lse −inf."""
     scale = q.shape[-1] ** -0.5 if scale is None else scale
+    if 0 in (q.numel(), k.numel(), v.numel()):
+        return _empty(q, k, v)
     mask = additive_mask(attn_mask, _work_dtype(q.dtype) if not _fused_ok(q, k, v) else q.dtype)
+    if mask is not None and is_causal:
+        mask, is_causal = _causal_into_mask(mask, q.shape[-2], k.shape[-2]), False
     if torch.is_grad_enabled() and (q.requires_grad or k.requires_grad or v.requires_grad):
         return _AttentionLSE.apply(q, k, v, mask, scale, is_causal)
     return _attention_lse_forward(q, k, v, mask, scale, is_causal)

@@ -36,7 +36,7 @@ def taylor2(x: Tensor) -> tuple[Tensor, Tensor]:
     """Second-order Taylor features: φ(x)·φ(y) = 1 + x·y + (x·y)²/2, dimension 1 + d + d(d+1)/2."""
     d = x.shape[-1]
     i, j = torch.triu_indices(d, d, device=x.device)
-    weight = torch.where(i == j, 1.0 / math.sqrt(2.0), 1.0).to(x.dtype)
+    weight = torch.ones(len(i), dtype=x.dtype, device=x.device).masked_fill(i == j, 0.5 ** 0.5)  # exact in x's dtype
     quad = x[..., i] * x[..., j] * weight
     return torch.cat([torch.ones_like(x[..., :1]), x, quad], dim=-1), _no_shift(x)
 

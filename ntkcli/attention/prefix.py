@@ -56,6 +56,8 @@ def prefix_attention(q: Tensor, k: Tensor, v: Tensor, pk: Tensor, pv: Tensor, *,
     """Exact attention of q over [prefix; input] keys (Def 2.1), the prefix seen by every query, streamed."""
     scale = q.shape[-1] ** -0.5 if scale is None else scale
     mean_x, lse_x = attention_lse(q, k, v, scale=scale, attn_mask=attn_mask, is_causal=is_causal)
+    if pk.shape[-2] == 0:
+        return mean_x
     mean_p, lse_p = next(prefix_stats(q, pk, pv, scale=scale, chunk=chunk))
     return merge(mean_x, lse_x, mean_p.to(mean_x.dtype), lse_p)[0]
 
