@@ -98,10 +98,12 @@ def _load(cls: type[Recipe], recipe: Optional[Path], sets: list[str], **flags: A
     return load_recipe(cls, recipe, overrides)
 
 
-def _start_run(command: str, cfg: Recipe, resumable: tuple[str, ...], fresh: bool) -> Run:
-    """The run folder; under torchrun only rank 0 discards old results and shows progress."""
+def _start_run(command: str, cfg: Recipe, experiment, fresh: bool) -> Run:
+    """The run folder, once everything the run needs has been checked; under torchrun only rank 0 discards
+    old results and shows progress."""
     main = is_main_process()
-    return Run(command, cfg, resumable=resumable, fresh=fresh and main, progress=_progress_factory() if main else None)
+    return Run(command, cfg, resumable=experiment.RESUMABLE, files=experiment.FILES, fresh=fresh and main,
+               progress=_progress_factory() if main else None)
 
 
 def _dry_run(cfg: Recipe, plan: list[tuple[str, str]]) -> None:
@@ -146,7 +148,8 @@ def approx_error(
                            ("methods", str(len(cfg.methods))),
                            ("queries streamed per repeat", str((cfg.n_train + cfg.n_test) * cfg.seq_len))])
             return
-        run = _start_run("approx-error", cfg, experiment.RESUMABLE, fresh)
+        resolve_device(cfg.device)
+        run = _start_run("approx-error", cfg, experiment, fresh)
         tables = experiment.run(cfg, run)
     print_table(tables["headline"], f"approx-error: Eq. (6) error, mean over {cfg.repeats} repeats (s = {cfg.scale:.4g})")
     err_console.print(f"wrote {run.dir}/results.csv, summary.csv, approx_error.png, run.json")
@@ -183,7 +186,7 @@ def convergence(
             return
         if resolve_device(cfg.device).type != "cpu":
             raise UserError("convergence runs its float64 theory checks on the CPU only; use --device cpu")
-        run = _start_run("convergence", cfg, experiment.RESUMABLE, fresh)
+        run = _start_run("convergence", cfg, experiment, fresh)
         tables = experiment.run(cfg, run)
     print_table(tables["prefix"], "paper 1: one-token prefix (rates per step; λ of H = JJᵀ/m)")
     print_table(tables["transformer"], "paper 2: N-layer transformer, SGD")
@@ -220,9 +223,9 @@ def finetune(
                            ("model", cfg.model.name_or_path or f"from config ({cfg.model.config.get('model_type')})"),
                            ("data", cfg.data.path or f"{cfg.data.name} {cfg.data.config or ''}".strip())])
             return
-        resolve_device(cfg.device)
-        run = _start_run("finetune", cfg, experiment.RESUMABLE, fresh)
-        tables = experiment.run(cfg, run)
+        inputs = experiment.prepare(cfg)
+        run = _start_run("finetune", cfg, experiment, fresh)
+        tables = experiment.run(cfg, run, inputs)
     if not is_main_process():
         return
     s = tables["summary"]
@@ -270,7 +273,7 @@ def scaling_law(
             return
         if resolve_device(cfg.device).type != "cpu":
             raise UserError("scaling-law trains its small students on the CPU only; use --device cpu")
-        run = _start_run("scaling-law", cfg, experiment.RESUMABLE, fresh)
+        run = _start_run("scaling-law", cfg, experiment, fresh)
         tables = experiment.run(cfg, run)
     if not is_main_process():
         return
@@ -315,7 +318,7 @@ def bench(
 ) -> None:
     """Speed and memory of the attention kernels, as ratios measured in one run (not part of the tests)."""
     from . import bench as b
-    from .runs import atomic_write
+    from .runs import atomic_write, sweep_temp
 
     suites = ("attention", "prefix", "approx-error", "ntk", "finetune", "scaling-law")
     with user_errors():
@@ -325,6 +328,7 @@ def bench(
         folder = Path(out) / "bench"
         try:
             folder.mkdir(parents=True, exist_ok=True)
+            sweep_temp(folder)
         except OSError as err:
             raise UserError(f"cannot write to output folder {folder}: {err.strerror or err}") from None
     chosen = suites if suite == "all" else (suite,)

@@ -8,11 +8,13 @@ listed as incomplete and otherwise ignored; the report never fails on them.
 from __future__ import annotations
 
 import base64
+import contextlib
 import html
 import json
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Iterator
 
 import numpy as np
 import pandas as pd
@@ -65,19 +67,24 @@ class RunFolder:
     path: Path
     info: dict
 
-    def csv(self, name: str) -> pd.DataFrame | None:
+    def csv(self, name: str, numeric: tuple[str, ...] = ()) -> pd.DataFrame | None:
+        """The CSV, or None when it is unreadable, lacks a `numeric` column or holds text in one."""
         try:
-            return pd.read_csv(self.path / name)
-        except (OSError, pd.errors.EmptyDataError, pd.errors.ParserError):
+            df = pd.read_csv(self.path / name)
+        except (OSError, UnicodeDecodeError, pd.errors.EmptyDataError, pd.errors.ParserError):
             return None
+        if not all(c in df and pd.api.types.is_numeric_dtype(df[c]) for c in numeric):
+            return None
+        return df
 
     @property
     def source(self) -> str:
         """The run folder (named after its recipe), its device and the recipe fields that set its scale."""
         try:
-            config = yaml.safe_load((self.path / "config.yaml").read_text()) or {}
-        except (OSError, yaml.YAMLError):
-            config = {}
+            config = yaml.safe_load((self.path / "config.yaml").read_text())
+        except (OSError, UnicodeDecodeError, yaml.YAMLError):
+            config = None
+        config = config if isinstance(config, dict) else {}
         scale = ", ".join(f"{k} {_short(config[k])}" for k in SCALE.get(self.path.parent.name, ()) if k in config)
         return f"{self.path.parent.name}/{self.name} ({self.info.get('device', '?')}{'; ' + scale if scale else ''})"
 
@@ -88,11 +95,23 @@ def finished_runs(outputs: Path, command: str, section: Section) -> list[RunFold
     for folder in sorted(p for p in (outputs / command).glob("*") if p.is_dir()):
         try:
             info = json.loads((folder / "run.json").read_text())
-        except (OSError, ValueError):
+        except (OSError, ValueError):  # UnicodeDecodeError is a ValueError
+            info = None
+        if not isinstance(info, dict):
             section.notes.append(f"incomplete run `{command}/{folder.name}` (no readable run.json): skipped")
             continue
         runs.append(RunFolder(folder.name, folder, info))
     return runs
+
+
+@contextlib.contextmanager
+def reading(section: Section, run: RunFolder) -> Iterator[None]:
+    """Whatever a malformed run folder breaks while its numbers are read becomes a note; the report goes on."""
+    try:
+        yield
+    except Exception as err:  # noqa: BLE001 — any malformed value in any file
+        section.notes.append(f"`{section.command}/{run.name}` could not be read ({type(err).__name__}: "
+                             f"{str(err).splitlines()[0] if str(err) else 'no detail'}): skipped")
 
 
 def _fmt(x: float) -> str:
@@ -104,24 +123,32 @@ def approx_error_section(outputs: Path) -> Section:
     claim = "NTK-Attention's error grows only ~100× while m grows ~131,000× (2^1 → 2^17)"
     found = []
     for run in finished_runs(outputs, "approx-error", s):
-        summary = run.csv("summary.csv")
+        summary = run.csv("summary.csv", ("m", "weight_std", "eq6_error_mean", "relative_error_mean"))
         if summary is None or "method" not in summary:
             s.notes.append(f"`approx-error/{run.name}` has no readable summary.csv: skipped")
             continue
-        fin = summary[np.isfinite(summary.m) & (summary.method == "compress-taylor2")]
-        for w, grp in fin.groupby("weight_std"):
-            grp = grp.sort_values("m")
-            span, growth = grp.m.iloc[-1] / grp.m.iloc[0], grp.eq6_error_mean.iloc[-1] / grp.eq6_error_mean.iloc[0]
-            rel = grp.relative_error_mean.iloc[-1]
-            verdict = NOT_RUN if span < 2 ** 16 else (REPRODUCED if 10 <= growth <= 1000 and rel < 1 else NOT_REPRODUCED)
-            found.append(Claim(f"{claim} — W entries std {w:g}", "~100× (Figure 1)",
-                               f"compress-taylor2: Eq. (6) {_fmt(grp.eq6_error_mean.iloc[0])} → "
-                               f"{_fmt(grp.eq6_error_mean.iloc[-1])}, {growth:.0f}× over m × {span:,.0f}; "
-                               f"relative error {_fmt(rel)} at m = {grp.m.iloc[-1]:,.0f}", run.source, verdict))
+        with reading(s, run):
+            found += _approx_claims(claim, run, summary)
         if (run.path / "approx_error.png").exists():
             s.figures.append(run.path / "approx_error.png")
     s.claims = found or [Claim(claim, "~100× (Figure 1)")]
     return s
+
+
+def _approx_claims(claim: str, run: RunFolder, summary: pd.DataFrame) -> list[Claim]:
+    """Figure 1's trend for compress-taylor2 in each regime of one run."""
+    found = []
+    fin = summary[np.isfinite(summary.m) & (summary.method == "compress-taylor2")]
+    for w, grp in fin.groupby("weight_std"):
+        grp = grp.sort_values("m")
+        span, growth = grp.m.iloc[-1] / grp.m.iloc[0], grp.eq6_error_mean.iloc[-1] / grp.eq6_error_mean.iloc[0]
+        rel = grp.relative_error_mean.iloc[-1]
+        verdict = NOT_RUN if span < 2 ** 16 else (REPRODUCED if 10 <= growth <= 1000 and rel < 1 else NOT_REPRODUCED)
+        found.append(Claim(f"{claim} — W entries std {w:g}", "~100× (Figure 1)",
+                           f"compress-taylor2: Eq. (6) {_fmt(grp.eq6_error_mean.iloc[0])} → "
+                           f"{_fmt(grp.eq6_error_mean.iloc[-1])}, {growth:.0f}× over m × {span:,.0f}; "
+                           f"relative error {_fmt(rel)} at m = {grp.m.iloc[-1]:,.0f}", run.source, verdict))
+    return found
 
 
 def convergence_section(outputs: Path) -> Section:
@@ -131,34 +158,42 @@ def convergence_section(outputs: Path) -> Section:
     c55 = Claim("Thm 5.5: SGD on the N-layer transformer converges exponentially, L(T) ≤ exp(−α ε² T)·L(0)",
                 "log-loss falls linearly in T at every depth and width (median R² ≥ 0.9)")
     for run in finished_runs(outputs, "convergence", s):
-        res = run.csv("results.csv")
+        res = run.csv("results.csv", ("m", "loss_0", "loss_final", "rate_fit"))
         if res is None or "part" not in res:
+            s.notes.append(f"`convergence/{run.name}` has no readable results.csv: skipped")
             continue
-        pre = res[res.part == "prefix"].groupby("m").mean(numeric_only=True).reset_index()
-        if len(pre) > 1:
-            top = pre.iloc[-1]
-            slope = float(np.polyfit(np.log(pre.m), np.log(pre.kernel_drift), 1)[0])
-            ratio = top.rate_fit / top.rate_theory
-            ok = top.loss_final / top.loss_0 < 1e-3 and slope < 0 and 0.5 <= ratio <= 2
-            c310 = Claim(c310.claim, c310.paper,
-                         f"m = {top.m:,.0f}: loss {_fmt(top.loss_0)} → {_fmt(top.loss_final)}; fitted rate "
-                         f"{ratio:.2f}× the kernel's prediction; kernel drift ~ m^{slope:.2f}",
-                         run.source, REPRODUCED if ok else NOT_REPRODUCED)
-        tr = res[res.part == "transformer"].groupby(["depth", "m"]).mean(numeric_only=True).reset_index()
-        if len(tr):
-            drop = tr.loss_final / tr.loss_0
-            r2 = _log_linearity(run.csv("curves.csv"))
-            ok = bool((tr.rate_fit > 0).all()) and (r2 is None or float(np.median(r2)) >= 0.9)
-            shape = "" if r2 is None else f"log-loss linear in T with R² {min(r2):.2f}–{max(r2):.2f} (median " \
-                                          f"{np.median(r2):.2f}, SGD noise included); "
-            c55 = Claim(c55.claim, c55.paper,
-                        f"{len(tr)} (depth, width) points: {shape}fitted rates {_fmt(tr.rate_fit.min())}–"
-                        f"{_fmt(tr.rate_fit.max())} per step, final/initial loss {_fmt(drop.min())}–{_fmt(drop.max())}",
-                        run.source, REPRODUCED if ok else NOT_REPRODUCED)
+        with reading(s, run):
+            c310, c55 = _convergence_claims(c310, c55, run, res)
         if (run.path / "convergence.png").exists():
             s.figures.append(run.path / "convergence.png")
     s.claims = [c310, c55]
     return s
+
+
+def _convergence_claims(c310: Claim, c55: Claim, run: RunFolder, res: pd.DataFrame) -> tuple[Claim, Claim]:
+    """Thm 3.10 from the prefix part of one run, Thm 5.5 from its transformer part."""
+    pre = res[res.part == "prefix"].groupby("m").mean(numeric_only=True).reset_index()
+    if len(pre) > 1:
+        top = pre.iloc[-1]
+        slope = float(np.polyfit(np.log(pre.m), np.log(pre.kernel_drift), 1)[0])
+        ratio = top.rate_fit / top.rate_theory
+        ok = top.loss_final / top.loss_0 < 1e-3 and slope < 0 and 0.5 <= ratio <= 2
+        c310 = Claim(c310.claim, c310.paper,
+                     f"m = {top.m:,.0f}: loss {_fmt(top.loss_0)} → {_fmt(top.loss_final)}; fitted rate "
+                     f"{ratio:.2f}× the kernel's prediction; kernel drift ~ m^{slope:.2f}",
+                     run.source, REPRODUCED if ok else NOT_REPRODUCED)
+    tr = res[res.part == "transformer"].groupby(["depth", "m"]).mean(numeric_only=True).reset_index()
+    if len(tr):
+        drop = tr.loss_final / tr.loss_0
+        r2 = _log_linearity(run.csv("curves.csv"))
+        ok = bool((tr.rate_fit > 0).all()) and (r2 is None or float(np.median(r2)) >= 0.9)
+        shape = "" if r2 is None else f"log-loss linear in T with R² {min(r2):.2f}–{max(r2):.2f} (median " \
+                                      f"{np.median(r2):.2f}, SGD noise included); "
+        c55 = Claim(c55.claim, c55.paper,
+                    f"{len(tr)} (depth, width) points: {shape}fitted rates {_fmt(tr.rate_fit.min())}–"
+                    f"{_fmt(tr.rate_fit.max())} per step, final/initial loss {_fmt(drop.min())}–{_fmt(drop.max())}",
+                    run.source, REPRODUCED if ok else NOT_REPRODUCED)
+    return c310, c55
 
 
 def _log_linearity(curves: pd.DataFrame | None) -> list[float] | None:
@@ -175,15 +210,18 @@ def _log_linearity(curves: pd.DataFrame | None) -> list[float] | None:
 
 
 def _accuracy(run: RunFolder) -> dict[str, float]:
-    summary = run.csv("summary.csv")
-    if summary is None or "accuracy_mean" not in summary:
+    summary = run.csv("summary.csv", ("accuracy_mean",))
+    if summary is None or "method" not in summary:
         return {}
-    return dict(zip(summary.method, 100 * summary.accuracy_mean))
+    return dict(zip(summary.method.astype(str), 100 * summary.accuracy_mean))
 
 
 def finetune_section(outputs: Path) -> Section:
     s = Section("finetune", "NTK-Attention as a fine-tuning method (paper 1, §5, Tables 1–2)")
     runs = {r.name: r for r in finished_runs(outputs, "finetune", s)}
+    for name in [n for n, r in runs.items() if not _accuracy(r)]:
+        s.notes.append(f"`finetune/{name}` has no readable summary.csv: skipped")
+        del runs[name]
     for (recipe, method), paper in TABLE1.items():
         run = runs.get(recipe)
         got = _accuracy(run).get(method) if run else None
@@ -209,8 +247,9 @@ def finetune_section(outputs: Path) -> Section:
     for name, run in runs.items():
         if name in {r for r, _ in TABLE1} or name.startswith("chatglm_"):
             continue
-        summary = run.csv("summary.csv")
-        if summary is not None and "accuracy_mean" in summary:
+        summary = run.csv("summary.csv", ("accuracy_mean", "accuracy_std", "trainable_params", "trainable_pct",
+                                          "train_seconds"))
+        if summary is not None and "method" in summary:
             shown = pd.DataFrame({"method": summary.method,
                                   "accuracy %": [f"{100 * m:.2f} ± {100 * d:.2f}"
                                                  for m, d in zip(summary.accuracy_mean, summary.accuracy_std)],
@@ -227,12 +266,13 @@ def scaling_law_section(outputs: Path) -> Section:
     claims = {law: Claim(where, theory) for law, (theory, where) in _scaling_theory().items()}
     for run in finished_runs(outputs, "scaling-law", s):
         verdicts = run.csv("summary.csv")
-        if verdicts is None or "law" not in verdicts:
+        if verdicts is None or not {"law", "measured", "verdict"} <= set(verdicts):
+            s.notes.append(f"`scaling-law/{run.name}` has no readable summary.csv: skipped")
             continue
         for row in verdicts.itertuples():
             if row.law in claims:
-                claims[row.law].measured, claims[row.law].source = row.measured, run.source
-                claims[row.law].verdict = row.verdict
+                claims[row.law].measured, claims[row.law].source = str(row.measured), run.source
+                claims[row.law].verdict = str(row.verdict)
         if (run.path / "scaling_law.png").exists():
             s.figures.append(run.path / "scaling_law.png")
     s.claims = list(claims.values())
@@ -311,7 +351,10 @@ def to_html(sections: list[Section]) -> str:
         for caption, table in s.tables:
             body += [f"<p>{_inline(caption)}</p>", _html_table(table)]
         for fig in s.figures:
-            data = base64.b64encode(fig.read_bytes()).decode()
+            try:
+                data = base64.b64encode(fig.read_bytes()).decode()
+            except OSError:
+                continue
             body.append(f'<img alt="{html.escape(s.command)}" src="data:image/png;base64,{data}">')
         body += [f"<p><em>{_inline(n)}</em></p>" for n in s.notes]
     return f"<!doctype html><html><head><meta charset='utf-8'><title>ntk reproduction report</title>" \
@@ -320,8 +363,9 @@ def to_html(sections: list[Section]) -> str:
 
 def write(outputs: Path) -> tuple[list[Section], Path, Path]:
     """Build every section and write report.md and report.html into `outputs` (atomically)."""
-    from .runs import atomic_write
+    from .runs import atomic_write, sweep_temp
 
+    sweep_temp(outputs)
     sections = build(outputs)
     md, page = outputs / "report.md", outputs / "report.html"
     atomic_write(md, lambda p: p.write_text(to_markdown(sections, outputs)))

@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import json
+import operator
 import os
 import platform
+import shutil
 import subprocess
 import tempfile
 import time
@@ -22,11 +25,16 @@ from .recipes import Recipe
 
 
 def resolve_device(name: str) -> torch.device:
-    """cpu, cuda (an error if absent) or auto."""
-    if name == "cuda" and not torch.cuda.is_available():
-        raise UserError("--device cuda was asked for, but no CUDA device is available (use --device cpu)")
+    """cpu, cuda[:N] (an error if absent) or auto."""
     if name == "auto":
         name = "cuda" if torch.cuda.is_available() else "cpu"
+    kind, _, index = name.partition(":")
+    if kind not in ("cpu", "cuda") or (index and (kind == "cpu" or not index.isdigit())):
+        raise UserError(f"unknown device {name!r}; use cpu, cuda, cuda:N or auto")
+    if kind == "cuda" and not torch.cuda.is_available():
+        raise UserError(f"--device {name} was asked for, but no CUDA device is available (use --device cpu)")
+    if index and int(index) >= torch.cuda.device_count():
+        raise UserError(f"--device {name}: this machine has {torch.cuda.device_count()} CUDA device(s)")
     return torch.device(name)
 
 
@@ -44,9 +52,12 @@ def is_main_process() -> bool:
     return process_rank()[0] == 0
 
 
+TEMP_PREFIX = ".ntk-tmp-"  # temporary files of atomic_write; a killed write leaves one, swept by sweep_temp
+
+
 def atomic_write(path: Path, write: Callable[[Path], None]) -> None:
     """Call write(tmp) on a temporary file beside `path`, then rename it over `path`."""
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=path.suffix)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f"{TEMP_PREFIX}{path.name}.", suffix=path.suffix)
     os.close(fd)
     try:
         write(Path(tmp))
@@ -55,6 +66,12 @@ def atomic_write(path: Path, write: Callable[[Path], None]) -> None:
     finally:
         if os.path.exists(tmp):
             os.remove(tmp)
+
+
+def sweep_temp(folder: Path) -> None:
+    """Remove the temporary files that a killed write left in `folder`."""
+    for tmp in folder.glob(f"{TEMP_PREFIX}*"):
+        tmp.unlink(missing_ok=True)
 
 
 def _git_commit() -> str | None:
@@ -74,34 +91,46 @@ class Run:
 
     `resumable` lists the recipe fields that only widen the grid (more m, more repeats): a re-run
     that changes only those resumes; a change to any other field needs --fresh or another --out.
+    `files` names what the experiment writes there (besides config.yaml and run.json): the files that
+    count as results and the only ones --fresh removes.
     """
 
-    def __init__(self, command: str, recipe: Recipe, *, resumable: tuple[str, ...] = (), fresh: bool = False,
+    def __init__(self, command: str, recipe: Recipe, *, resumable: tuple[str, ...] = (), files: tuple[str, ...] = (),
+                 fresh: bool = False,
                  progress: Callable[[str, int], contextlib.AbstractContextManager[Advance]] | None = None):
         self.recipe, self.progress_factory = recipe, progress
         self.dir = Path(recipe.out) / command / (recipe.name or "default")
         self.started = time.time()
         try:
             self.dir.mkdir(parents=True, exist_ok=True)
-            probe = self.dir / ".write-test"
+            probe = self.dir / f"{TEMP_PREFIX}write-test"
             probe.write_text("")
             probe.unlink()
         except OSError as err:
             raise UserError(f"cannot write to output folder {self.dir}: {err.strerror or err}") from None
-        config = recipe.model_dump(mode="json")
-        old_path = self.dir / "config.yaml"
+        sweep_temp(self.dir)
+        outputs = [p for pattern in files for p in self.dir.glob(pattern)]
         if fresh:
-            for old in self.dir.iterdir():
-                if old.is_file():
-                    old.unlink()
-        elif old_path.exists():
-            old = yaml.safe_load(old_path.read_text()) or {}
-            changed = sorted(k for k in set(old) | set(config)
-                             if k not in resumable and k not in ("device", "out") and old.get(k) != config.get(k))
-            if changed:
-                raise UserError(f"{self.dir} holds results of a different recipe (fields {', '.join(changed)} differ); "
-                                "pass --fresh to discard them or --out to write elsewhere")
-        self.write_text("config.yaml", yaml.safe_dump(config, sort_keys=False))
+            for old in outputs + [self.dir / "config.yaml", self.dir / "run.json"]:
+                shutil.rmtree(old) if old.is_dir() else old.unlink(missing_ok=True)
+        elif outputs:
+            self._check_same_recipe(recipe.model_dump(mode="json"), resumable)
+        self.write_text("config.yaml", yaml.safe_dump(recipe.model_dump(mode="json"), sort_keys=False))
+
+    def _check_same_recipe(self, config: dict, resumable: tuple[str, ...]) -> None:
+        """Refuse to mix results of two recipes: only `resumable` fields (and device, out) may differ."""
+        try:
+            old = yaml.safe_load((self.dir / "config.yaml").read_text()) or {}
+        except (OSError, yaml.YAMLError, UnicodeDecodeError):
+            old = None
+        if not isinstance(old, dict):
+            raise UserError(f"{self.dir} holds results but no readable config.yaml; pass --fresh to discard them "
+                            "or --out to write elsewhere")
+        changed = sorted(k for k in set(old) | set(config)
+                         if k not in resumable and k not in ("device", "out") and old.get(k) != config.get(k))
+        if changed:
+            raise UserError(f"{self.dir} holds results of a different recipe (fields {', '.join(changed)} differ); "
+                            "pass --fresh to discard them or --out to write elsewhere")
 
     def path(self, name: str) -> Path:
         return self.dir / name
@@ -154,9 +183,23 @@ def resume(previous: pd.DataFrame | None, keys: list[str]) -> set[tuple]:
     return set(previous[keys].itertuples(index=False, name=None))
 
 
-def seed_for(*parts: int) -> int:
-    """A stable 63-bit seed from integers (base seed, regime, repeat …)."""
+def seed_for(*parts: int | float | str) -> int:
+    """A stable 63-bit seed from the values that identify a point (base seed, regime value, N, m, repeat …):
+    integers enter as they are, floats and strings through their exact text."""
     h = 1469598103934665603
     for p in parts:
-        h = ((h ^ (int(p) & 0xFFFFFFFFFFFF)) * 1099511628211) % (1 << 63)
+        try:
+            p = operator.index(p)
+        except TypeError:
+            p = int.from_bytes(hashlib.blake2b(repr(float(p) if isinstance(p, float) else p).encode(),
+                                               digest_size=6).digest(), "little")
+        h = ((h ^ (p & 0xFFFFFFFFFFFF)) * 1099511628211) % (1 << 63)
     return h
+
+
+def nested_randn(rows: int, shape: tuple[int, ...], *key: int | float | str, block: int = 4096) -> torch.Tensor:
+    """rows × shape standard-normal float64 draws whose first k rows do not depend on `rows`: they come in
+    blocks of `block` rows, each seeded by (key, block index). Growing a grid then leaves its old points alone."""
+    blocks = [torch.randn(block, *shape, dtype=torch.float64, generator=torch.Generator().manual_seed(seed_for(*key, b)))
+              for b in range(-(-rows // block))]
+    return torch.cat(blocks)[:rows] if blocks else torch.empty(0, *shape, dtype=torch.float64)

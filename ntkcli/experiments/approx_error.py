@@ -27,9 +27,10 @@ from torch import Tensor  # noqa: E402
 from ..attention import (attention_lse, compress_prefix, feature_map, fit_prefix_adam,  # noqa: E402
                          fit_prefix_lstsq, infinite_prefix_limit, merge, ntk_combine, prefix_stats)
 from ..recipes import ApproxErrorRecipe  # noqa: E402
-from ..runs import Run, resolve_device, resume, seed_for  # noqa: E402
+from ..runs import Run, nested_randn, resolve_device, resume, seed_for  # noqa: E402
 
 KEYS = ["weight_std", "repeat", "m", "method"]
+FILES = ("results.csv", "summary.csv", "timings.csv", "approx_error.png")
 RESUMABLE = ("max_log2m", "repeats", "methods", "include_infinity", "weight_std", "chunk")
 INF = math.inf
 BLOCK = 4096  # prefix rows per seeded block, so P's first m rows do not depend on max_log2m
@@ -66,9 +67,7 @@ def _draw(cfg: ApproxErrorRecipe, w_std: float, seed: int, m_max: int, device, d
     gen = torch.Generator().manual_seed(seed)
     w = torch.randn(3, cfg.d, cfg.d, generator=gen, dtype=torch.float64) * w_std
     x = torch.randn(cfg.n_test + cfg.n_train, cfg.seq_len, cfg.d, generator=gen, dtype=torch.float64)
-    blocks = [torch.randn(BLOCK, cfg.d, dtype=torch.float64, generator=torch.Generator().manual_seed(seed_for(seed, b)))
-              for b in range(math.ceil(m_max / BLOCK))]
-    prefix = torch.cat(blocks)[:m_max] * cfg.prefix_std
+    prefix = nested_randn(m_max, (cfg.d,), seed, block=BLOCK) * cfg.prefix_std
     put = lambda t: t.to(device=device, dtype=dtype)  # noqa: E731
     return Draw(put(w[0]), put(w[1]), put(w[2]), put(x), put(prefix))
 
@@ -166,10 +165,10 @@ def run(cfg: ApproxErrorRecipe, run: Run) -> dict[str, pd.DataFrame]:
     previous = run.load_csv("results.csv")
     done = resume(previous, KEYS)
     rows = [] if previous is None else previous.to_dict("records")
-    units = [(ri, w, rep) for ri, w in enumerate(cfg.weight_std) for rep in range(cfg.repeats)]
+    units = [(w, rep) for w in cfg.weight_std for rep in range(cfg.repeats)]
     skipped, timings = 0, []
     with run.task("approx-error", len(units) * len(lengths)) as advance:
-        for ri, w_std, rep in units:
+        for w_std, rep in units:
             todo = {(m, meth) for m in lengths for meth in cfg.methods
                     if _applies(meth, m) and (w_std, rep, m, meth) not in done}
             skipped += sum(_applies(meth, m) for m in lengths for meth in cfg.methods) - len(todo)
@@ -177,7 +176,7 @@ def run(cfg: ApproxErrorRecipe, run: Run) -> dict[str, pd.DataFrame]:
                 advance(len(lengths))
                 continue
             seen = 0
-            seed = seed_for(cfg.seed, ri, rep)
+            seed = seed_for(cfg.seed, float(w_std), rep)  # keyed by the regime's value, not its place in the list
             need = [m for m in marks if m <= max((m for m, _ in todo if m != INF), default=0)]
             dr = _draw(cfg, w_std, seed, max(need, default=1), device, dtype)
             compressed = {meth: _compressed(cfg, dr, meth, need, seed) for meth in cfg.methods

@@ -30,12 +30,13 @@ from torch.func import vmap  # noqa: E402
 
 from .. import fitting  # noqa: E402
 from ..recipes import ScalingLawRecipe  # noqa: E402
-from ..runs import Run, is_main_process, process_rank, resume, seed_for  # noqa: E402
+from ..runs import Run, is_main_process, nested_randn, process_rank, resume, seed_for  # noqa: E402
 from ..theory import transformer  # noqa: E402
 from ..theory.transformer import Shape  # noqa: E402
 
 KEYS = ["n", "width", "depth", "seed"]
 RESUMABLE = ("sweeps", "seeds", "n_values", "widths", "depths", "bootstrap")
+FILES = ("results.csv", "results.rank*.csv", "frontier.csv", "fits.csv", "summary.csv", "scaling_law.png")
 PARAMS = {"U": 0, "W": 0}
 FROZEN = {"A": 0, "E": None}  # A per student, the positional embedding shared with the teacher
 
@@ -66,9 +67,8 @@ def checkpoint_steps(steps: int, count: int) -> list[int]:
     return sorted({0, *np.geomspace(1, steps, count).round().astype(int).tolist()})
 
 
-def inputs(count: int, cfg: ScalingLawRecipe, gen: torch.Generator, dtype) -> torch.Tensor:
-    """X [count, L, d] with RMS-normalised rows (each token has mean square 1)."""
-    X = torch.randn(count, cfg.seq_len, cfg.d, generator=gen, dtype=torch.float64)
+def inputs(X: torch.Tensor, dtype) -> torch.Tensor:
+    """X [count, L, d] (standard normal draws) with RMS-normalised rows (each token has mean square 1)."""
     return (X / X.pow(2).mean(-1, keepdim=True).sqrt()).to(dtype)
 
 
@@ -131,9 +131,11 @@ def train_group(cfg: ScalingLawRecipe, width: int, depth: int, students: list[tu
                      for i, (_, s) in enumerate(students)]
         if t == cfg.steps:
             break
-        # each student's batch: b_i distinct indices among its own n_i examples
-        keys = torch.stack([torch.rand(X.shape[1], generator=g) for g in gens])
-        keys = keys.masked_fill(torch.arange(X.shape[1]) >= n[:, None], 2.0)
+        # each student's batch: b_i distinct indices among its own n_i examples (n_i draws from its own stream,
+        # so that the batches do not depend on the other students or on the largest N)
+        keys = torch.full((len(students), X.shape[1]), 2.0)
+        for row, g, (n_i, _) in zip(keys, gens, students):
+            row[:n_i] = torch.rand(n_i, generator=g)
         idx = keys.argsort(-1)[:, : len(slots)]
         take = lambda T: torch.gather(T, 1, idx[..., None, None].expand(-1, -1, *T.shape[2:]))  # noqa: E731
         leaves = {k: v.detach().requires_grad_() for k, v in params.items()}
@@ -144,16 +146,16 @@ def train_group(cfg: ScalingLawRecipe, width: int, depth: int, students: list[tu
 
 
 def data_pools(cfg: ScalingLawRecipe, teacher: Teacher, seeds: list[int], dtype):
-    """Per seed: N_max training sequences and noisy labels (every N uses the first N: nested data sets)."""
-    pools, n_max = {}, max(cfg.n_values)
+    """Per seed: N_max training sequences and noisy labels (every N uses the first N: nested data sets, drawn
+    in seeded blocks so that the first N rows and their noise do not depend on N_max)."""
+    pools, n_max, shape = {}, max(cfg.n_values), (cfg.seq_len, cfg.d)
     for seed in seeds:
-        gen = torch.Generator().manual_seed(seed_for(cfg.seed, 5, seed))
-        X = inputs(n_max, cfg, gen, dtype)
+        X = inputs(nested_randn(n_max, shape, cfg.seed, 5, seed, block=64), dtype)
         with torch.no_grad():
-            Y = teacher(X) + cfg.noise * torch.randn(X.shape, generator=gen, dtype=torch.float64).to(dtype)
+            Y = teacher(X) + cfg.noise * nested_randn(n_max, shape, cfg.seed, 6, seed, block=64).to(dtype)
         pools[seed] = (X, Y)
     gen = torch.Generator().manual_seed(seed_for(cfg.seed, 9))
-    X_test = inputs(cfg.n_test, cfg, gen, dtype)
+    X_test = inputs(torch.randn(cfg.n_test, *shape, generator=gen, dtype=torch.float64), dtype)
     with torch.no_grad():
         return pools, (X_test, teacher(X_test))
 

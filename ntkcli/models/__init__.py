@@ -76,6 +76,8 @@ def model_config(spec: ModelSpec, source: str | None = None):
     try:
         if source is None:
             return AutoConfig.for_model(**spec.config)
+        if not spec.trust_remote_code and chatglm3.is_chatglm3(source):
+            return chatglm3.load_config(source)
         return AutoConfig.from_pretrained(source, trust_remote_code=spec.trust_remote_code)
     except Exception as err:  # noqa: BLE001
         raise _failure(f"model {source or 'config'!r}", err) from None

@@ -79,6 +79,11 @@ def glm_config(raw: dict, num_labels: int):
         tie_word_embeddings=False, num_labels=num_labels)
 
 
+def load_config(source: str, num_labels: int = 2):
+    """The GlmConfig of the ChatGLM checkpoint at `source`."""
+    return glm_config(_hub_json(source, "config.json"), num_labels)
+
+
 def convert(name: str, tensor: torch.Tensor, config) -> list[tuple[str, torch.Tensor]]:
     """One checkpoint tensor under GLM's names (query_key_value becomes q, k and v)."""
     qkv = QKV.fullmatch(name)
@@ -125,7 +130,7 @@ def load_chatglm3(source: str, num_labels: int, dtype: torch.dtype) -> tuple[nn.
     from accelerate import init_empty_weights
     from transformers import GlmForSequenceClassification
 
-    config = glm_config(_hub_json(source, "config.json"), num_labels)
+    config = load_config(source, num_labels)
     with init_empty_weights(include_buffers=False):
         model = GlmForSequenceClassification(config)
     loaded: set[str] = set()

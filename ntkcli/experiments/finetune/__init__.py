@@ -12,6 +12,7 @@ from __future__ import annotations
 import math
 import shutil
 import warnings
+from dataclasses import dataclass
 from pathlib import Path
 
 import pandas as pd
@@ -29,6 +30,7 @@ KEYS = ["method", "seed"]
 COLUMNS = ["method", "kind", "seed", "epoch", "accuracy", "eval_loss", "train_loss", "train_seconds", "peak_mem_mb",
            "lr", "trainable_params", "total_params"]
 RESUMABLE = ("methods", "seeds")
+FILES = ("results.csv", "summary.csv", "pretrain.csv", "pretrained")
 
 
 def _wait_for_main() -> None:
@@ -99,10 +101,21 @@ def summarize(results: pd.DataFrame) -> pd.DataFrame:
     return table
 
 
-def run(cfg: FinetuneRecipe, run: Run) -> dict[str, pd.DataFrame]:
+@dataclass
+class Inputs:
+    """What the fine-tuning runs read, loaded (so checked) before the run folder exists: a missing model,
+    tokenizer or data file is then one line with nothing written."""
+
+    device: torch.device
+    train: object
+    eval: object
+    collator: object
+
+
+def prepare(cfg: FinetuneRecipe) -> Inputs:
+    """The device, the model's configuration (its location probed without loading weights), tokenizer and data."""
     import datasets
     from transformers import logging as hf_logging
-    from transformers import set_seed
 
     hf_logging.set_verbosity_error()
     hf_logging.disable_progress_bar()
@@ -110,16 +123,23 @@ def run(cfg: FinetuneRecipe, run: Run) -> dict[str, pd.DataFrame]:
     warnings.filterwarnings("ignore", category=FutureWarning, module="transformers|peft")
     device = resolve_device(cfg.device)
     image = cfg.data.image_field is not None
+    config = model_config(cfg.model)
+    tokenizer = None if image else load_tokenizer(cfg.model)
+    return Inputs(device, *_datasets(cfg, config if image else None, tokenizer))
+
+
+def run(cfg: FinetuneRecipe, run: Run, inputs: Inputs) -> dict[str, pd.DataFrame]:
+    from transformers import set_seed
+
+    device, image = inputs.device, cfg.data.image_field is not None
     source, pre = pretrain(cfg, run, device) if cfg.pretrain is not None else (None, None)
     source = str(source) if source is not None else None
-    tokenizer = None if image else load_tokenizer(cfg.model)
     previous = run.load_csv("results.csv")
     done = resume(previous, KEYS)
     todo = [(spec, seed) for spec in cfg.methods for seed in cfg.seeds if (method_label(spec), seed) not in done]
     frames = [previous] if previous is not None else []
     if todo:
-        train_ds, eval_ds, collator = _datasets(cfg, model_config(cfg.model, source) if image else None, tokenizer)
-        total = len(todo) * _steps(len(train_ds), cfg.train.batch_size, cfg.train.epochs)
+        total = len(todo) * _steps(len(inputs.train), cfg.train.batch_size, cfg.train.epochs)
         with run.task(f"fine-tune {len(todo)} runs", total) as advance:
             for spec, seed in todo:
                 set_seed(seed)
@@ -133,7 +153,7 @@ def run(cfg: FinetuneRecipe, run: Run) -> dict[str, pd.DataFrame]:
                     raise UserError(f"method {method_label(spec)}: {err}") from None
                 lr = spec.lr or (cfg.train.fft_lr if spec.method == "fft" else cfg.train.lr)
                 try:
-                    rows = train(injected.model, train_ds, eval_ds, collator, spec=cfg.train, lr=lr,
+                    rows = train(injected.model, inputs.train, inputs.eval, inputs.collator, spec=cfg.train, lr=lr,
                                  epochs=cfg.train.epochs, seed=seed, device=device, advance=advance)
                 except TrainingFailed as err:
                     raise UserError(f"method {method_label(spec)}, seed {seed}: {err}; nothing recorded for this "
@@ -151,6 +171,6 @@ def run(cfg: FinetuneRecipe, run: Run) -> dict[str, pd.DataFrame]:
     if not is_main_process():
         return {"summary": summary, "results": results}
     run.save_csv("summary.csv", summary)
-    run.finish(methods=order, seeds=cfg.seeds, train_examples=None if not todo else len(train_ds),
+    run.finish(methods=order, seeds=cfg.seeds, train_examples=len(inputs.train),
                pretrain_accuracy=None if pre is None else float(pre.accuracy.iloc[-1]))
     return {"summary": summary, "results": results}
