@@ -63,6 +63,8 @@ BAD_INPUTS = [
     ("finetune", ["{digits}", "--seed", "-1"], ["seed"]),
     ("finetune", ["{digits}", "--set", "seeds=[0,-2]"], ["seeds.1"]),
     ("finetune", ["{digits}", "--device", "cuda"], ["CUDA"]),
+    ("finetune", ["{digits}", "--set", "methods=[{{method: ntk, seed: -1}}]"], ["methods.0", "seed"]),
+    ("finetune", ["{digits}", "--set", "methods=[{{method: lora, alpha: .inf}}]"], ["methods.0", "alpha"]),
     ("finetune", ["{minilm}", "--set", "data.path={tmp}/nowhere"], ["data path not found"]),
     ("finetune", ["{minilm}", "--set", "data.path={rte}", "--set", "model.name_or_path={tmp}/no-model"],
      ["cannot be loaded"]),

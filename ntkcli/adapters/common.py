@@ -18,9 +18,9 @@ TASK_HEAD = "ntk_task_head"  # the attribute where the loader records the head's
 
 
 class Options(BaseModel):
-    """An adapter's options: unknown keys and wrong types are errors."""
+    """An adapter's options: unknown keys, wrong types, NaN and ±inf are errors."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
 
 
 @dataclass(frozen=True)

@@ -28,7 +28,7 @@ class NTKOptions(Options):
     feature_map: Literal[FEATURE_MAPS] = Field("elu", description="φ (elu is the paper's)")  # type: ignore[valid-type]
     num_features: int = Field(256, ge=1, description="random features of the favor map")
     prefix_length: int = Field(100, ge=1, description="m of the random prefix that init 'prefix' compresses")
-    seed: int = Field(0, description="seed of the random init and of the favor features")
+    seed: int = Field(0, ge=0, description="seed of the random init and of the favor features")
 
 
 def add_parameters(module: nn.Module, shape: HeadShape, opts: NTKOptions, gen: torch.Generator) -> None:

@@ -20,7 +20,7 @@ class PTuningOptions(Options):
     prefix_length: int = Field(10, ge=1, description="m, prefix vectors per layer and head")
     init: Literal["prefix", "normal"] = Field(
         "prefix", description="prefix: random hidden states through the layer's key/value projections; normal: N(0, 1)")
-    seed: int = Field(0, description="seed of the random init")
+    seed: int = Field(0, ge=0, description="seed of the random init")
 
 
 def add_parameters(module: nn.Module, shape: HeadShape, opts: PTuningOptions, gen: torch.Generator) -> None:
