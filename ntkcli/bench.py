@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import multiprocessing as mp
 import resource
+from functools import partial
 import statistics
 import tempfile
 import time
@@ -63,9 +64,12 @@ def _prefix_case(kind: str, m: int, B: int, H: int, L: int, d: int, device: str,
         if kind == "exact-sdpa":
             g = torch.Generator().manual_seed(1)
             pk, pv = (torch.randn(B, H, m, d, generator=g).to(device) for _ in range(2))
-            fn = lambda: F.scaled_dot_product_attention(q, torch.cat([pk, k], 2), torch.cat([pv, v], 2))  # noqa: E731
+
+            def fn():
+                return F.scaled_dot_product_attention(q, torch.cat([pk, k], 2), torch.cat([pv, v], 2))
         else:
-            fn = lambda: ntk_attention(q, k, v, Z, kvec)  # noqa: E731
+            def fn():
+                return ntk_attention(q, k, v, Z, kvec)
         if device == "cuda":
             torch.cuda.reset_peak_memory_stats()
         base = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
@@ -114,6 +118,12 @@ def approx_error_wall_time(max_log2m: int = 18) -> tuple[float, pd.DataFrame]:
     return total, per_m
 
 
+def _one_token_model(params: dict, x: torch.Tensor, a: torch.Tensor) -> torch.Tensor:
+    from .theory import one_token
+
+    return one_token.model(params["W"], x, a)
+
+
 def ntk_closed_vs_autodiff(n: int = 128, d: int = 4, m: int = 1024) -> pd.DataFrame:
     """Paper 1's full NTK at n·d = 512 outputs: our closed form against torch.func's jacobian contraction."""
     from .theory import one_token
@@ -122,8 +132,11 @@ def ntk_closed_vs_autodiff(n: int = 128, d: int = 4, m: int = 1024) -> pd.DataFr
     W, a = one_token.init(d, m, signs=True, seed=0)
     X = torch.randn(n, d, generator=torch.Generator().manual_seed(1), dtype=W.dtype)
     X = X / X.norm(dim=-1, keepdim=True)
-    closed = lambda: one_token.ntk_full(W, X, a)  # noqa: E731
-    auto = lambda: empirical_ntk(lambda p, x: one_token.model(p["W"], x, a), {"W": W}, X) / m  # noqa: E731
+    def closed():
+        return one_token.ntk_full(W, X, a)
+
+    def auto():
+        return empirical_ntk(partial(_one_token_model, a=a), {"W": W}, X) / m
     t_closed, t_auto = median_seconds(closed, auto, repeats=5, warmup=1)
     gap = ((closed() - auto()).norm() / auto().norm()).item()
     return pd.DataFrame([{"n": n, "d": d, "m": m, "outputs": n * d, "closed_ms": 1e3 * t_closed,

@@ -19,17 +19,41 @@ from scipy.optimize import minimize
 from scipy.special import huber
 
 DELTA = 1e-3
+FORMS = {"power": "E + A·{x}^(−α)", "power0": "A·{x}^(−α)", "exponential": "E + A·exp(−r·{x})",
+         "two_stage": "two-stage: exp(−r·{x}), then {x}^(−β)", "line": "log C* = c + slope·log {x}"}
 
 
 @dataclass
 class Fit:
-    """A fitted law: parameter estimates by name, the Huber objective, and (after bootstrap) intervals."""
+    """A fitted law (`law`, one of FORMS): parameter estimates by name, the Huber objective, and (after
+    bootstrap) intervals. `predict` and `form` are the one place each law's formula is written."""
 
     params: dict[str, float]
     loss: float
     lower: dict[str, float] | None = None
     upper: dict[str, float] | None = None
     draws: list[dict[str, float]] | None = None
+    law: str = "power"
+
+    def form(self, x: str) -> str:
+        """The law as text in the variable `x`."""
+        return FORMS[self.law].format(x=x)
+
+    def predict(self, x) -> np.ndarray:
+        """The fitted law's value at x."""
+        x, p = np.asarray(x, float), self.params
+        if self.law in ("power", "power0"):
+            return p.get("E", 0.0) + p["A"] * x ** -p["alpha"]
+        if self.law == "exponential":
+            return p["E"] + p["A"] * np.exp(-p["r"] * x)
+        if self.law == "two_stage":
+            return np.exp(np.where(x < p["xstar"], p["log_ystar"] - p["r"] * (x - p["xstar"]),
+                                   p["log_ystar"] - p["beta"] * np.log(x / p["xstar"])))
+        raise ValueError(f"no formula for law {self.law!r}")
+
+    def interval(self, key: str) -> str:
+        """'estimate [lower, upper]' of one parameter."""
+        return f"{self.params[key]:.3g} [{self.lower[key]:.3g}, {self.upper[key]:.3g}]"
 
     def rows(self, **labels) -> list[dict]:
         return [{**labels, "parameter": k, "estimate": v,
@@ -87,7 +111,7 @@ def fit_power_law(x, y, *, offset: bool = True, start: Fit | None = None) -> Fit
     params = {"alpha": x_best[2], "A": np.exp(x_best[1])}
     if offset:
         params["E"] = np.exp(x_best[0])
-    return Fit(params, f)
+    return Fit(params, f, law="power" if offset else "power0")
 
 
 def fit_exponential(x, y, *, start: Fit | None = None) -> Fit:
@@ -107,15 +131,12 @@ def fit_exponential(x, y, *, start: Fit | None = None) -> Fit:
     else:
         starts = itertools.product(np.linspace(lo - 2, lo, 3), np.linspace(lo, hi + 2, 3), np.log([0.5, 2, 8, 32]))
     t, f = _best(_objective(log_model, logy), starts)
-    return Fit({"r": np.exp(t[2]) / scale, "A": np.exp(t[1]), "E": np.exp(t[0])}, f)
-
-
-def two_stage_log(theta: np.ndarray, u: np.ndarray) -> np.ndarray:
-    """log ŷ at u = x / x_max: log y* − r·(u − u*) below u*, log y* − β·(log u − log u*) above (r = exp ρ)."""
-    return _two_stage(theta, u)[0]
+    return Fit({"r": np.exp(t[2]) / scale, "A": np.exp(t[1]), "E": np.exp(t[0])}, f, law="exponential")
 
 
 def _two_stage(theta: np.ndarray, u: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """log ŷ at u = x / x_max and its Jacobian: log y* − r·(u − u*) below u*, log y* − β·(log u − log u*)
+    above (r = exp ρ)."""
     log_ystar, rho, beta, log_ustar = theta
     rate, ustar, logu = np.exp(min(rho, 50.0)), np.exp(log_ustar), np.log(u)
     low = logu < log_ustar
@@ -152,7 +173,8 @@ def fit_two_stage(x, y, *, grid: int = 24, start: Fit | None = None) -> Fit:
     t, f = _best(objective, [best_t])
     if f > best_f:
         t, f = best_t, best_f
-    return Fit({"log_ystar": t[0], "r": np.exp(min(t[1], 50.0)) / scale, "beta": t[2], "xstar": np.exp(t[3]) * scale}, f)
+    return Fit({"log_ystar": t[0], "r": np.exp(min(t[1], 50.0)) / scale, "beta": t[2], "xstar": np.exp(t[3]) * scale}, f,
+               law="two_stage")
 
 
 def bootstrap(fit: Callable[..., Fit], x, y, *, n: int = 200, seed: int = 0, level: float = 0.95, **kw) -> Fit:

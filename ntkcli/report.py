@@ -297,8 +297,9 @@ def claims_table(sections: list[Section]) -> pd.DataFrame:
 
 
 def _md_table(df: pd.DataFrame) -> str:
-    cells = lambda row: "| " + " | ".join(str(v).replace("|", "\\|") for v in row) + " |"  # noqa: E731
-    return "\n".join([cells(df.columns), "|" + "---|" * len(df.columns), *(cells(r) for r in df.itertuples(index=False))])
+    rows = [df.columns, *df.itertuples(index=False)]
+    lines = ["| " + " | ".join(str(v).replace("|", "\\|") for v in row) + " |" for row in rows]
+    return "\n".join([lines[0], "|" + "---|" * len(df.columns), *lines[1:]])
 
 
 def _claims_frame(section: Section) -> pd.DataFrame:

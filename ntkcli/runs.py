@@ -142,7 +142,11 @@ class Run:
         atomic_write(self.path(name), lambda p: df.to_csv(p, index=False))
 
     def save_figure(self, name: str, fig) -> None:
+        """Write a matplotlib figure as PNG, then close it."""
+        from .figures import pyplot
+
         atomic_write(self.path(name), lambda p: fig.savefig(p, dpi=130, bbox_inches="tight", format="png"))
+        pyplot().close(fig)
 
     def load_csv(self, name: str) -> pd.DataFrame | None:
         path = self.path(name)

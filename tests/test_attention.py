@@ -8,7 +8,7 @@ import torch
 from ntkcli.attention import (attention_lse, compress_prefix, elu, feature_map, fit_prefix_lstsq,
                               infinite_prefix_limit, ntk_attention, prefix_attention, prefix_stats, taylor2)
 
-D = torch.float64
+F64 = torch.float64
 
 
 def naive_attention(q, k, v, scale, keep=None):
@@ -20,7 +20,7 @@ def naive_attention(q, k, v, scale, keep=None):
     return (w / w.sum(-1, keepdim=True)) @ v
 
 
-def qkv(B=2, H=3, L=7, d=5, seed=0, dtype=D):
+def qkv(B=2, H=3, L=7, d=5, seed=0, dtype=F64):
     g = torch.Generator().manual_seed(seed)
     return [torch.randn(B, H, L, d, generator=g, dtype=dtype) for _ in range(3)]
 
@@ -38,7 +38,7 @@ def test_zero_Z_k_is_softmax_attention(kind):
     q, k, v = qkv()
     H, d = q.shape[1], q.shape[-1]
     mask, is_causal, keep = masks(q.shape[0], q.shape[2])[kind]
-    out = ntk_attention(q, k, v, torch.zeros(H, d, d, dtype=D), torch.zeros(H, d, dtype=D),
+    out = ntk_attention(q, k, v, torch.zeros(H, d, d, dtype=F64), torch.zeros(H, d, dtype=F64),
                         attn_mask=mask, is_causal=is_causal)
     ref = naive_attention(q, k, v, d ** -0.5, keep)
     assert (out - ref).abs().max() < 1e-10
@@ -47,8 +47,8 @@ def test_zero_Z_k_is_softmax_attention(kind):
 def test_additive_float_mask_equals_boolean_mask():
     q, k, v = qkv()
     keep = masks(2, 7)["padding"][0]
-    additive = torch.zeros(keep.shape, dtype=D).masked_fill(~keep, torch.finfo(D).min)
-    Z, kv = torch.randn(3, 5, 5, dtype=D), torch.rand(3, 5, dtype=D)
+    additive = torch.zeros(keep.shape, dtype=F64).masked_fill(~keep, torch.finfo(F64).min)
+    Z, kv = torch.randn(3, 5, 5, dtype=F64), torch.rand(3, 5, dtype=F64)
     a = ntk_attention(q, k, v, Z, kv, attn_mask=keep)
     b = ntk_attention(q, k, v, Z, kv, attn_mask=additive)
     assert (a - b).abs().max() < 1e-10
@@ -60,9 +60,9 @@ def test_row_with_every_key_masked_is_zero_as_in_sdpa():
     q, k, v = qkv()
     keep = torch.ones(2, 1, 7, 7, dtype=torch.bool)
     keep[0, :, 2, :] = False
-    for Z, kv in ((torch.randn(3, 5, 5, dtype=D), torch.rand(3, 5, dtype=D) + 0.1),
-                  (torch.zeros(3, 5, 5, dtype=D), torch.zeros(3, 5, dtype=D)),
-                  (torch.randn(3, 5, 5, dtype=D), -torch.rand(3, 5, dtype=D))):
+    for Z, kv in ((torch.randn(3, 5, 5, dtype=F64), torch.rand(3, 5, dtype=F64) + 0.1),
+                  (torch.zeros(3, 5, 5, dtype=F64), torch.zeros(3, 5, dtype=F64)),
+                  (torch.randn(3, 5, 5, dtype=F64), -torch.rand(3, 5, dtype=F64))):
         out = ntk_attention(q, k, v, Z, kv, attn_mask=keep)
         assert torch.equal(out[0, :, 2], torch.zeros_like(out[0, :, 2]))
         others = torch.ones(2, 7, dtype=torch.bool)
@@ -70,8 +70,8 @@ def test_row_with_every_key_masked_is_zero_as_in_sdpa():
         assert torch.isfinite(out.transpose(1, 2)[others]).all()
     _, lse = attention_lse(q, k, v, attn_mask=keep)
     assert torch.isinf(lse[0, :, 2]).all() and torch.isfinite(lse[1]).all()
-    Z = torch.zeros(3, 5, 5, dtype=D, requires_grad=True)
-    ntk_attention(q, k, v, Z, torch.zeros(3, 5, dtype=D), attn_mask=keep).sum().backward()
+    Z = torch.zeros(3, 5, 5, dtype=F64, requires_grad=True)
+    ntk_attention(q, k, v, Z, torch.zeros(3, 5, dtype=F64), attn_mask=keep).sum().backward()
     assert torch.isfinite(Z.grad).all()
 
 
@@ -79,12 +79,12 @@ def test_zero_key_prefix_is_reproduced_by_a_constant_feature_map():
     """Keys 0 give every prefix row weight exp(0) = 1: φ ≡ 1, Z = Σ v_r, k = m is then exact."""
     q, k, v = qkv()
     m, H, d = 6, 3, 5
-    pk = torch.zeros(H, m, d, dtype=D)
-    pv = torch.randn(H, m, d, dtype=D)
+    pk = torch.zeros(H, m, d, dtype=F64)
+    pv = torch.randn(H, m, d, dtype=F64)
     const = lambda x: (torch.ones(*x.shape[:-1], 1, dtype=x.dtype), x.new_zeros(x.shape[:-1]))  # noqa: E731
     Z, kv, log_scale = compress_prefix(pk, pv, const, scale=d ** -0.5)[0]
     assert torch.allclose(Z * log_scale.exp()[:, None, None], pv.sum(-2, keepdim=True))
-    assert torch.allclose(kv * log_scale.exp()[:, None], torch.full((H, 1), float(m), dtype=D))
+    assert torch.allclose(kv * log_scale.exp()[:, None], torch.full((H, 1), float(m), dtype=F64))
     out = ntk_attention(q, k, v, Z, kv, feature_map=const, log_scale=log_scale)
     ref = prefix_attention(q, k, v, pk, pv)
     assert (out - ref).abs().max() < 1e-12
@@ -96,7 +96,7 @@ def test_prefix_attention_equals_dense_softmax_over_concatenation(chunk, kind):
     q, k, v = qkv()
     B, H, L, d = q.shape
     g = torch.Generator().manual_seed(1)
-    pk, pv = torch.randn(H, 5, d, generator=g, dtype=D), torch.randn(H, 5, d, generator=g, dtype=D)
+    pk, pv = torch.randn(H, 5, d, generator=g, dtype=F64), torch.randn(H, 5, d, generator=g, dtype=F64)
     mask, is_causal, keep = masks(B, L)[kind]
     out = prefix_attention(q, k, v, pk, pv, attn_mask=mask, is_causal=is_causal, chunk=chunk)
     keys = torch.cat([pk.expand(B, H, 5, d), k], dim=2)
@@ -108,8 +108,8 @@ def test_prefix_attention_equals_dense_softmax_over_concatenation(chunk, kind):
 
 
 def test_prefix_stats_at_several_lengths_matches_separate_passes():
-    q = torch.randn(4, 3, dtype=D)
-    pk, pv = torch.randn(20, 3, dtype=D), torch.randn(20, 3, dtype=D)
+    q = torch.randn(4, 3, dtype=F64)
+    pk, pv = torch.randn(20, 3, dtype=F64), torch.randn(20, 3, dtype=F64)
     nested = list(prefix_stats(q, pk, pv, scale=1.0, ends=[2, 7, 20], chunk=4))
     for (mean, lse), m in zip(nested, [2, 7, 20]):
         s = q @ pk[:m].T
@@ -137,8 +137,8 @@ def test_no_overflow_with_huge_scores_or_half_precision(dtype):
 
 def test_gradcheck_float64():
     q, k, v = (t.requires_grad_() for t in qkv(B=1, H=2, L=4, d=3))
-    Z = torch.randn(2, 3, 3, dtype=D, requires_grad=True)
-    kv = (torch.rand(2, 3, dtype=D) + 0.5).requires_grad_()
+    Z = torch.randn(2, 3, 3, dtype=F64, requires_grad=True)
+    kv = (torch.rand(2, 3, dtype=F64) + 0.5).requires_grad_()
     keep = torch.ones(1, 1, 4, 4, dtype=torch.bool)
     keep[..., -1] = False
     for kwargs in ({}, {"is_causal": True}, {"attn_mask": keep}):
@@ -149,14 +149,14 @@ def test_gradcheck_float64():
 
 def test_causal_with_fewer_queries_than_keys_is_top_left_as_in_sdpa():
     q, k, v = qkv(L=7)
-    Z, kv = torch.zeros(3, 5, 5, dtype=D), torch.zeros(3, 5, dtype=D)
+    Z, kv = torch.zeros(3, 5, 5, dtype=F64), torch.zeros(3, 5, dtype=F64)
     out = ntk_attention(q[:, :, :3], k, v, Z, kv, is_causal=True)
     keep = torch.ones(3, 7, dtype=torch.bool).tril()
     assert (out - naive_attention(q[:, :, :3], k, v, 5 ** -0.5, keep)).abs().max() < 1e-10
 
 
 def test_taylor2_features_give_the_second_order_series():
-    x, y = torch.randn(10, 6, dtype=D), torch.randn(10, 6, dtype=D)
+    x, y = torch.randn(10, 6, dtype=F64), torch.randn(10, 6, dtype=F64)
     t = (x * y).sum(-1)
     fx, fy = taylor2(x)[0], taylor2(y)[0]
     assert fx.shape[-1] == 1 + 6 + 21
@@ -179,13 +179,13 @@ def test_every_mask_and_causal_combination_matches_the_float64_reference(Lq, Lk,
     """Including rows that the mask and the causal triangle empty only together (the fused kernel's lse of 0
     for such a row must become −inf), and Lq ≠ Lk (causal is top-left, as in SDPA)."""
     g = torch.Generator().manual_seed(Lq * 10 + Lk)
-    q, k, v = (torch.randn(2, 3, n, 5, generator=g, dtype=D) for n in (Lq, Lk, Lk))
-    Z, kv = torch.randn(3, 5, 5, generator=g, dtype=D), torch.rand(3, 5, generator=g, dtype=D) + 0.1
+    q, k, v = (torch.randn(2, 3, n, 5, generator=g, dtype=F64) for n in (Lq, Lk, Lk))
+    Z, kv = torch.randn(3, 5, 5, generator=g, dtype=F64), torch.rand(3, 5, generator=g, dtype=F64) + 0.1
     keep = torch.ones(2, 1, Lq, Lk, dtype=torch.bool)
     keep[0, :, :, 0] = False  # with causal: row 0 of batch 0 sees key 0 only, which the mask removes
     keep[1, :, 1, :] = False  # a row the mask alone empties
     mask = {"none": None, "bool": keep,
-            "additive": torch.zeros(keep.shape, dtype=D).masked_fill(~keep, float("-inf"))}[mask_kind]
+            "additive": torch.zeros(keep.shape, dtype=F64).masked_fill(~keep, float("-inf"))}[mask_kind]
     want_keep = (keep if mask is not None else torch.ones_like(keep)) & (
         torch.ones(Lq, Lk, dtype=torch.bool).tril() if is_causal else torch.ones(Lq, Lk, dtype=torch.bool))
     out = ntk_attention(q, k, v, Z, kv, attn_mask=mask, is_causal=is_causal)
@@ -213,8 +213,8 @@ def test_favor_compression_is_unbiased_over_seeds():
     """E_ω[φ(q)·Σ_r φ(k_r)] = Σ_r exp(q·k_r) and likewise for Z: over 1000 feature seeds the mean is
     within 4 standard errors of the exact sums, while a single draw is visibly off."""
     g = torch.Generator().manual_seed(3)
-    q = torch.randn(5, 4, generator=g, dtype=D) * 0.5
-    pk, pv = torch.randn(50, 4, generator=g, dtype=D) * 0.5, torch.randn(50, 4, generator=g, dtype=D)
+    q = torch.randn(5, 4, generator=g, dtype=F64) * 0.5
+    pk, pv = torch.randn(50, 4, generator=g, dtype=F64) * 0.5, torch.randn(50, 4, generator=g, dtype=F64)
     exact = torch.cat([torch.exp(q @ pk.T).sum(-1, keepdim=True), torch.exp(q @ pk.T) @ pv], dim=-1)
     draws = []
     for seed in range(1000):
@@ -230,10 +230,10 @@ def test_favor_compression_is_unbiased_over_seeds():
 
 def test_lstsq_recovers_Z_k_that_generated_the_targets():
     g = torch.Generator().manual_seed(0)
-    f = torch.rand(200, 6, generator=g, dtype=D) + 0.1
-    Z, kv = torch.randn(6, 3, generator=g, dtype=D), torch.rand(6, generator=g, dtype=D) + 0.1
+    f = torch.rand(200, 6, generator=g, dtype=F64) + 0.1
+    Z, kv = torch.randn(6, 3, generator=g, dtype=F64), torch.rand(6, generator=g, dtype=F64) + 0.1
     den = f @ kv
-    Zf, kf, ls = fit_prefix_lstsq(f, torch.zeros(200, dtype=D), (f @ Z) / den[:, None], den.log(), ridge=0.0)
+    Zf, kf, ls = fit_prefix_lstsq(f, torch.zeros(200, dtype=F64), (f @ Z) / den[:, None], den.log(), ridge=0.0)
     assert torch.allclose(Zf * ls.exp(), Z, atol=1e-8) and torch.allclose(kf * ls.exp(), kv, atol=1e-8)
 
 
@@ -241,9 +241,9 @@ def test_infinite_limit_approaches_exact_prefix_in_unit_score_regime():
     """W std 1/√d, s = 1/√d, P ~ N(0, I): at m = 2^16 the prefix-only output is within 1% (relative MSE)."""
     d, m = 64, 2 ** 16
     g = torch.Generator().manual_seed(0)
-    w_k, w_v, w_q = (torch.randn(d, d, generator=g, dtype=D) / math.sqrt(d) for _ in range(3))
-    q = torch.randn(256, d, generator=g, dtype=D) @ w_q
-    P = torch.randn(m, d, generator=g, dtype=D)
+    w_k, w_v, w_q = (torch.randn(d, d, generator=g, dtype=F64) / math.sqrt(d) for _ in range(3))
+    q = torch.randn(256, d, generator=g, dtype=F64) @ w_q
+    P = torch.randn(m, d, generator=g, dtype=F64)
     mean, lse = next(prefix_stats(q, P @ w_k, P @ w_v, scale=d ** -0.5))
     mean_inf, lse_inf = infinite_prefix_limit(q, w_k, w_v, sigma=1.0, scale=d ** -0.5, m=m)
     rel = ((mean - mean_inf) ** 2).sum() / (mean ** 2).sum()

@@ -9,11 +9,11 @@ from ntkcli.recipes import ConvergenceRecipe
 from ntkcli.theory import one_token, transformer
 from ntkcli.theory.ntk import empirical_ntk
 
-D = torch.float64
+F64 = torch.float64
 
 
 def unit_points(n, d, seed):
-    x = torch.randn(n, d, generator=torch.Generator().manual_seed(seed), dtype=D)
+    x = torch.randn(n, d, generator=torch.Generator().manual_seed(seed), dtype=F64)
     return x / x.norm(dim=-1, keepdim=True)
 
 
@@ -24,7 +24,7 @@ def test_one_token_full_ntk_equals_autodiff_and_def39_does_not(signs):
     auto = empirical_ntk(lambda p, x: one_token.model(p["W"], x, a), {"W": W}, X) / W.shape[1]
     full = one_token.ntk_full(W, X, a)
     assert ((full - auto).norm() / auto.norm()).item() < 1e-8
-    # Def 3.9 keeps one of the two gradient paths of Claim D.12: it is visibly another kernel
+    # Def 3.9 keeps one of the two gradient paths of Claim F64.12: it is visibly another kernel
     assert ((one_token.ntk_def39(W, X, a) - auto).norm() / auto.norm()).item() > 0.05
 
 
@@ -32,7 +32,7 @@ def test_one_token_full_ntk_equals_autodiff_and_def39_does_not(signs):
 def test_transformer_layer_kernels_equal_autodiff(causal):
     shape = transformer.Shape(d=4, m=12, depth=3, seq_len=3, omega=0.7, epsilon=1.3, causal=causal)
     params, frozen = transformer.init(shape, seed=2)
-    X = torch.randn(3, 3, 4, generator=torch.Generator().manual_seed(3), dtype=D)
+    X = torch.randn(3, 3, 4, generator=torch.Generator().manual_seed(3), dtype=F64)
     states = transformer.hidden_states(params, frozen, X, shape)
     for nu in range(shape.depth):
         auto = empirical_ntk(lambda p, x: transformer.block_mlp(x, p["U"], p["W"], frozen["A"][nu], shape),
@@ -48,7 +48,7 @@ def test_lemma41_identity_holds_with_the_exact_layer_kernels():
     shape = transformer.Shape(d=4, m=16, depth=2, seq_len=3, omega=0.5)
     params, frozen = transformer.init(shape, seed=0)
     g = torch.Generator().manual_seed(5)
-    X, Y = torch.randn(4, 3, 4, generator=g, dtype=D), torch.randn(4, 3, 4, generator=g, dtype=D)
+    X, Y = torch.randn(4, 3, 4, generator=g, dtype=F64), torch.randn(4, 3, 4, generator=g, dtype=F64)
     kernels = [(transformer.layer_kernel_full(params, frozen, X, shape, nu),
                 transformer.layer_kernel_paper(params, frozen, X, shape, nu)[0]) for nu in range(shape.depth)]
     exact_err, paper_err = convergence._lemma41(params, frozen, X, Y, shape, kernels)

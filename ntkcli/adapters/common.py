@@ -70,8 +70,7 @@ def random_prefix(module: nn.Module, shape: HeadShape, m: int, gen: torch.Genera
     x = torch.randn(m, shape.hidden, generator=gen, dtype=torch.float32).to(w.device, w.dtype)
     with torch.no_grad():
         keys, values = k_proj(x), v_proj(x)
-    split = lambda t: t.view(m, shape.kv_heads, shape.head_dim).transpose(0, 1).float()  # noqa: E731
-    return split(keys), split(values)
+    return tuple(t.view(m, shape.kv_heads, shape.head_dim).transpose(0, 1).float() for t in (keys, values))
 
 
 def _to_head_dtype(module: nn.Module, args: tuple) -> tuple:

@@ -16,18 +16,15 @@ import time
 from dataclasses import dataclass
 from typing import Iterator
 
-import matplotlib
+import pandas as pd
+import torch
+from torch import Tensor
 
-matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402
-import pandas as pd  # noqa: E402
-import torch  # noqa: E402
-from torch import Tensor  # noqa: E402
-
-from ..attention import (attention_lse, compress_prefix, feature_map, fit_prefix_adam,  # noqa: E402
-                         fit_prefix_lstsq, infinite_prefix_limit, merge, ntk_combine, prefix_stats)
-from ..recipes import ApproxErrorRecipe  # noqa: E402
-from ..runs import Run, nested_randn, resolve_device, resume, seed_for  # noqa: E402
+from ..attention import (attention_lse, compress_prefix, feature_map, fit_prefix_adam, fit_prefix_lstsq,
+                         infinite_prefix_limit, merge, ntk_combine, prefix_stats)
+from ..figures import approx_error as figures
+from ..recipes import ApproxErrorRecipe
+from ..runs import Run, nested_randn, resolve_device, resume, seed_for
 
 KEYS = ["weight_std", "repeat", "m", "method"]
 FILES = ("results.csv", "summary.csv", "timings.csv", "approx_error.png")
@@ -68,8 +65,8 @@ def _draw(cfg: ApproxErrorRecipe, w_std: float, seed: int, m_max: int, device, d
     w = torch.randn(3, cfg.d, cfg.d, generator=gen, dtype=torch.float64) * w_std
     x = torch.randn(cfg.n_test + cfg.n_train, cfg.seq_len, cfg.d, generator=gen, dtype=torch.float64)
     prefix = nested_randn(m_max, (cfg.d,), seed, block=BLOCK) * cfg.prefix_std
-    put = lambda t: t.to(device=device, dtype=dtype)  # noqa: E731
-    return Draw(put(w[0]), put(w[1]), put(w[2]), put(x), put(prefix))
+    w, x, prefix = (t.to(device=device, dtype=dtype) for t in (w, x, prefix))
+    return Draw(w[0], w[1], w[2], x, prefix)
 
 
 def _qkv(dr: Draw, x: Tensor) -> tuple[Tensor, Tensor, Tensor]:
@@ -208,8 +205,7 @@ def run(cfg: ApproxErrorRecipe, run: Run) -> dict[str, pd.DataFrame]:
     run.save_csv("summary.csv", summary)
     if timings:  # wall seconds per m (its stretch of the prefix stream plus every method), for `ntk bench`
         run.save_csv("timings.csv", pd.DataFrame(timings))
-    run.save_figure("approx_error.png", plot(summary, cfg))
-    plt.close("all")
+    run.save_figure("approx_error.png", figures.figure(summary, cfg))
     run.finish(points=len(results), skipped_points=skipped, protocol=cfg.protocol, score_scale=cfg.scale)
     return {"summary": summary, "headline": headline(summary)}
 
@@ -238,35 +234,3 @@ def headline(summary: pd.DataFrame) -> pd.DataFrame:
             f"rel m=2^{int(fin.log2m.iloc[-1])}": fin.relative_error_mean.iloc[-1],
         })
     return pd.DataFrame(rows)
-
-
-def plot(summary: pd.DataFrame, cfg: ApproxErrorRecipe):
-    """Figure 1's style: log2 m on x (∞ at the right), error on a log axis, one line per method, shaded std."""
-    regimes = list(dict.fromkeys(summary.weight_std))
-    fig, axes = plt.subplots(2, len(regimes), figsize=(6.2 * len(regimes), 8), squeeze=False)
-    x_inf = cfg.max_log2m + 1.5
-    for col, w in enumerate(regimes):
-        for row, (metric, label) in enumerate([("eq6_error", "Eq. (6) error"), ("relative_error", "relative error")]):
-            ax = axes[row][col]
-            for meth, grp in summary[summary.weight_std == w].groupby("method", sort=False):
-                grp = grp.sort_values("m")
-                x = grp.log2m.where(grp.m != INF, x_inf).to_numpy()
-                mean = grp[f"{metric}_mean"].to_numpy()
-                std = grp[f"{metric}_std"].fillna(0).to_numpy()
-                fin = grp.m.to_numpy() != INF
-                (line,) = ax.plot(x[fin], mean[fin], marker="o", ms=3, label=meth)
-                ax.fill_between(x[fin], (mean - std)[fin].clip(min=mean[fin] * 1e-3), (mean + std)[fin],
-                                color=line.get_color(), alpha=0.18)
-                if (~fin).any():
-                    ax.errorbar(x[~fin], mean[~fin], yerr=std[~fin], fmt="*", ms=9, color=line.get_color())
-            ax.set_yscale("log")
-            ax.set_xlabel("log2 m  (★ at right: m = ∞)")
-            ax.set_ylabel(label)
-            ticks = list(range(1, cfg.max_log2m + 1, max(1, cfg.max_log2m // 9)))
-            ax.set_xticks(ticks + [x_inf], [str(t) for t in ticks] + ["∞"])
-            ax.set_title(f"W entry std {w:g}, s = {cfg.scale:.4g}, {cfg.protocol} protocol")
-            ax.grid(alpha=0.3, which="both")
-        axes[0][col].legend(fontsize=8)
-    fig.suptitle("NTK-Attention vs exact attention with an m-long prefix (d = %d, L = %d)" % (cfg.d, cfg.seq_len))
-    fig.tight_layout()
-    return fig

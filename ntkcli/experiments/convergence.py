@@ -13,25 +13,30 @@ transformer  paper 2, Lemma 4.1, Thm 5.5, Lemma 5.3: SGD on the N-layer model ov
 from __future__ import annotations
 
 import math
+from enum import IntEnum
 
-import matplotlib
+import numpy as np
+import pandas as pd
+import torch
 
-matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402
-import numpy as np  # noqa: E402
-import pandas as pd  # noqa: E402
-import torch  # noqa: E402
-
-from ..attention import compress_prefix, feature_map  # noqa: E402
-from ..recipes import ConvergenceRecipe  # noqa: E402
-from ..runs import Run, resume, seed_for  # noqa: E402
-from ..theory import one_token, transformer  # noqa: E402
-from ..theory.ntk import empirical_ntk  # noqa: E402
+from ..attention import compress_prefix, feature_map
+from ..figures import convergence as figures
+from ..recipes import ConvergenceRecipe
+from ..runs import Run, resume, seed_for
+from ..theory import one_token, transformer
+from ..theory.ntk import empirical_ntk
 
 KEYS = ["part", "depth", "m", "seed"]
 RESUMABLE = ("parts", "seeds", "log2m", "t_depths", "t_widths")
 FILES = ("results.csv", "curves.csv", "summary.csv", "convergence.png")
-D = torch.float64
+F64 = torch.float64
+
+
+class Stream(IntEnum):
+    """Named random streams of a point's data (its initialisations are keyed by (seed, m) or (seed, depth, m))."""
+
+    PREFIX_DATA = 1
+    TRANSFORMER_DATA = 2
 
 
 def fit_rate(losses: np.ndarray) -> float:
@@ -45,9 +50,9 @@ def _rel(a: torch.Tensor, b: torch.Tensor) -> float:
 
 
 def _prefix_data(cfg: ConvergenceRecipe, seed: int) -> tuple[torch.Tensor, torch.Tensor]:
-    g = torch.Generator().manual_seed(seed_for(seed, 1))
-    X = torch.randn(cfg.n, cfg.d, generator=g, dtype=D)
-    return X / X.norm(dim=-1, keepdim=True), torch.randn(cfg.n, cfg.d, generator=g, dtype=D)
+    g = torch.Generator().manual_seed(seed_for(seed, Stream.PREFIX_DATA))
+    X = torch.randn(cfg.n, cfg.d, generator=g, dtype=F64)
+    return X / X.norm(dim=-1, keepdim=True), torch.randn(cfg.n, cfg.d, generator=g, dtype=F64)
 
 
 def _gradient_descent(fn, params: dict, X, Y, steps: int, lr: float, on_checkpoint=None, checkpoints: int = 0):
@@ -78,8 +83,13 @@ def run_prefix(cfg: ConvergenceRecipe, m: int, seed: int) -> tuple[dict, np.ndar
     H0 = one_token.ntk_full(W0, X, a)
     H39 = one_token.ntk_def39(W0, X, a)
     drifts = {}
-    fn = lambda p, x: one_token.model(p["W"], x, a)  # noqa: E731
-    record = lambda t, p: drifts.update({t: _rel(one_token.ntk_full(p["W"], X, a), H0)})  # noqa: E731
+
+    def fn(p, x):
+        return one_token.model(p["W"], x, a)
+
+    def record(t, p):
+        drifts[t] = _rel(one_token.ntk_full(p["W"], X, a), H0)
+
     losses, K0, eta, final = _gradient_descent(fn, {"W": W0}, X, Y, cfg.steps, cfg.lr, record, cfg.checkpoints)
     lam_k = torch.linalg.eigvalsh(K0)
     row = {"loss_0": losses[0], "loss_final": losses[-1], "rate_fit": fit_rate(losses),
@@ -132,16 +142,18 @@ def run_transformer(cfg: ConvergenceRecipe, depth: int, m: int, seed: int) -> tu
     shape = transformer.Shape(d=cfg.t_d, m=m, depth=depth, seq_len=cfg.t_seq_len, epsilon=cfg.t_epsilon,
                               omega=cfg.t_omega, kappa=cfg.t_kappa, causal=cfg.t_causal)
     params, frozen = transformer.init(shape, seed_for(seed, depth, m))
-    g = torch.Generator().manual_seed(seed_for(seed, 2))
-    X = torch.randn(cfg.t_n, cfg.t_seq_len, cfg.t_d, generator=g, dtype=D)
+    g = torch.Generator().manual_seed(seed_for(seed, Stream.TRANSFORMER_DATA))
+    X = torch.randn(cfg.t_n, cfg.t_seq_len, cfg.t_d, generator=g, dtype=F64)
     X = X / X.norm(dim=-1, keepdim=True)  # token rows of norm 1 (RMS-normalised, Θ(1))
-    Y = torch.randn(cfg.t_n, cfg.t_seq_len, cfg.t_d, generator=g, dtype=D) / math.sqrt(cfg.t_d)
-    fn = lambda p, x: transformer.forward(p, frozen, x, shape)  # noqa: E731
+    Y = torch.randn(cfg.t_n, cfg.t_seq_len, cfg.t_d, generator=g, dtype=F64) / math.sqrt(cfg.t_d)
+    def fn(p, x):
+        return transformer.forward(p, frozen, x, shape)
+
     K0 = empirical_ntk(fn, params, X)
     full = [transformer.layer_kernel_full(params, frozen, X, shape, nu) for nu in range(depth)]
     paper = [transformer.layer_kernel_paper(params, frozen, X, shape, nu) for nu in range(depth)]  # (H, H')
     lam_h = [torch.linalg.eigvalsh(h_prime)[0].item() / shape.omega for _, h_prime in paper]
-    paper_gap = [_rel(torch.kron(H, torch.eye(cfg.t_d, dtype=D)), K) for K, (H, _) in zip(full, paper)]
+    paper_gap = [_rel(torch.kron(H, torch.eye(cfg.t_d, dtype=F64)), K) for K, (H, _) in zip(full, paper)]
     lemma_exact, lemma_paper = _lemma41(params, frozen, X, Y, shape, [(K, H) for K, (H, _) in zip(full, paper)])
     batch = max(1, round(cfg.t_batch_fraction * cfg.t_n))
     p = {k: v.clone().requires_grad_() for k, v in params.items()}
@@ -212,8 +224,7 @@ def run(cfg: ConvergenceRecipe, run: Run) -> dict[str, pd.DataFrame]:
     run.save_csv("curves.csv", curves_df)
     fits = summarize(results)
     run.save_csv("summary.csv", fits)
-    run.save_figure("convergence.png", plot(results, curves_df, fits))
-    plt.close("all")
+    run.save_figure("convergence.png", figures.figure(results, curves_df, fits))
     run.finish(points=len(results), skipped_points=len(points) - len(todo))
     return {"prefix": _table(results, ["prefix", "stand-in"], ["m"], PREFIX_COLS),
             "transformer": _table(results, ["transformer"], ["depth", "m"], TRANSFORMER_COLS), "fits": fits}
@@ -251,50 +262,3 @@ def summarize(results: pd.DataFrame) -> pd.DataFrame:
         if len(grp) > 1:
             rows.append({"part": "transformer", "fit": f"rate ~ N^slope (m={m})", "slope": _slope(grp.depth, grp.rate_fit)})
     return pd.DataFrame(rows, columns=["part", "fit", "slope"])
-
-
-def plot(results: pd.DataFrame, curves: pd.DataFrame, fits: pd.DataFrame):
-    """Loss vs step per m (prefix, stand-in dashed), transformer loss curves, rate vs N, drift vs m (log-log)."""
-    fig, axes = plt.subplots(2, 2, figsize=(13, 9.5))
-    ax = axes[0][0]
-    for m, grp in curves[curves.part == "prefix"].groupby("m"):
-        g = grp.groupby("step").loss.mean()  # kernel_drift over training is in curves.csv
-        ax.plot(g.index + 1, g.values, label=f"prefix m=2^{int(math.log2(m))}")
-    for m, grp in curves[curves.part == "stand-in"].groupby("m"):
-        g = grp.groupby("step").loss.mean()
-        ax.plot(g.index + 1, g.values, "k--", lw=2, label=f"NTK-Attention stand-in (Z, k from m=2^{int(math.log2(m))})")
-    ax.set(xscale="log", yscale="log", xlabel="gradient-descent step", ylabel="loss ½Σ‖F−y‖²",
-           title="Paper 1, Thm 3.10: one-token prefix, gradient descent")
-    ax.legend(fontsize=7)
-    ax = axes[0][1]
-    tc = curves[curves.part == "transformer"]
-    for (depth, m), grp in tc.groupby(["depth", "m"]):
-        if m == tc.m.max():
-            g = grp.groupby("step").loss.mean()
-            ax.plot(g.index + 1, g.values, label=f"N={depth}, m={m}")
-    ax.set(xscale="log", yscale="log", xlabel="SGD step", ylabel="training loss E‖F−Y‖²",
-           title="Paper 2, Thm 5.5: transformer, SGD (largest width)")
-    ax.legend(fontsize=7)
-    ax = axes[1][0]
-    tr = results[results.part == "transformer"].groupby(["depth", "m"]).rate_fit.mean().reset_index()
-    for m, grp in tr.groupby("m"):
-        ax.plot(grp.depth, grp.rate_fit, "o-", label=f"m={m}")
-    ax.set(xscale="log", xlabel="depth N", ylabel="fitted rate (−d log loss / d step)",
-           title="Paper 2, Lemma 5.3: convergence rate vs depth")
-    ax.legend(fontsize=8)
-    ax = axes[1][1]
-    pre = results[results.part == "prefix"].groupby("m").kernel_drift.mean()
-    if len(pre):
-        slope = fits.loc[fits.fit == "kernel_drift ~ m^slope", "slope"]
-        ax.plot(pre.index, pre.values, "ks-", label=f"prefix (slope {slope.iloc[0]:.2f})" if len(slope) else "prefix")
-    trd = results[results.part == "transformer"].groupby(["depth", "m"]).kernel_drift.mean().reset_index()
-    for depth, grp in trd.groupby("depth"):
-        s = fits.loc[fits.fit == f"kernel_drift ~ m^slope (N={depth})", "slope"]
-        ax.plot(grp.m, grp.kernel_drift, "o-", label=f"transformer N={depth}" + (f" (slope {s.iloc[0]:.2f})" if len(s) else ""))
-    ax.set(xscale="log", yscale="log", xlabel="width m", ylabel="‖K(T) − K(0)‖_F / ‖K(0)‖_F",
-           title="Lazy training: kernel drift vs width")
-    ax.legend(fontsize=7)
-    for a in axes.flat:
-        a.grid(alpha=0.3, which="both")
-    fig.tight_layout()
-    return fig

@@ -16,29 +16,35 @@ compute  per N, the frontier min risk vs C over widths and steps: exponential st
 from __future__ import annotations
 
 import math
-import textwrap
+from enum import IntEnum
 
-import matplotlib
+import numpy as np
+import pandas as pd
+import torch
+from torch.func import vmap
 
-matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402
-import matplotlib.ticker  # noqa: E402
-import numpy as np  # noqa: E402
-import pandas as pd  # noqa: E402
-import torch  # noqa: E402
-from torch.func import vmap  # noqa: E402
-
-from .. import fitting  # noqa: E402
-from ..recipes import ScalingLawRecipe  # noqa: E402
-from ..runs import Run, is_main_process, nested_randn, process_rank, resume, seed_for  # noqa: E402
-from ..theory import transformer  # noqa: E402
-from ..theory.transformer import Shape  # noqa: E402
+from .. import fitting
+from ..figures import scaling_law as figures
+from ..recipes import ScalingLawRecipe
+from ..runs import Run, is_main_process, nested_randn, process_rank, resume, seed_for
+from ..theory import transformer
+from ..theory.transformer import Shape
 
 KEYS = ["n", "width", "depth", "seed"]
 RESUMABLE = ("sweeps", "seeds", "n_values", "widths", "depths", "bootstrap")
 FILES = ("results.csv", "results.rank*.csv", "frontier.csv", "fits.csv", "summary.csv", "scaling_law.png")
-PARAMS = {"U": 0, "W": 0}
-FROZEN = {"A": 0, "E": None}  # A per student, the positional embedding shared with the teacher
+TRAINED_AXES = {"U": 0, "W": 0}  # vmap axes: every student has its own U and W …
+FROZEN_AXES = {"A": 0, "E": None}  # … and its own A; the positional embedding E is the teacher's, shared
+
+
+class Stream(IntEnum):
+    """Named random streams: seed_for(base seed, stream, the values that identify the draw)."""
+
+    BATCHES = 3
+    DATA = 5
+    NOISE = 6
+    TEACHER = 7
+    TEST = 9
 
 
 def sweep_points(cfg: ScalingLawRecipe) -> list[tuple[int, int, int]]:
@@ -79,7 +85,7 @@ class Teacher:
     def __init__(self, cfg: ScalingLawRecipe, dtype):
         self.shape = Shape(cfg.d, cfg.teacher_width, cfg.teacher_depth, cfg.seq_len, cfg.epsilon, cfg.omega,
                            cfg.kappa, cfg.causal)
-        params, frozen = transformer.init(self.shape, seed_for(cfg.seed, 7, 7), dtype=dtype)
+        params, frozen = transformer.init(self.shape, seed_for(cfg.seed, Stream.TEACHER, Stream.TEACHER), dtype=dtype)
         self.params, self.frozen, self.kind, self.cfg = params, frozen, cfg.teacher, cfg
         self.E = frozen["E"]
 
@@ -102,7 +108,7 @@ def train_group(cfg: ScalingLawRecipe, width: int, depth: int, students: list[tu
     """SGD for every (N, seed) student of one (m, depth) at once; risk and training loss at checkpoints."""
     shape, dtype = shape_of(cfg, width, depth), getattr(torch, cfg.dtype)
     inits = [transformer.init(shape, seed_for(cfg.seed, seed, width, depth), dtype=dtype) for _, seed in students]
-    params = {k: torch.stack([p[k] for p, _ in inits]) for k in PARAMS}
+    params = {k: torch.stack([p[k] for p, _ in inits]) for k in TRAINED_AXES}
     frozen = {"A": torch.stack([f["A"] for _, f in inits]), "E": teacher.E}
     n = torch.tensor([s[0] for s in students])
     b = torch.tensor([batch_size(cfg, s[0]) for s in students])
@@ -113,11 +119,15 @@ def train_group(cfg: ScalingLawRecipe, width: int, depth: int, students: list[tu
     def loss(p, f, x, y, w):
         return 0.5 * (w * (transformer.forward(p, f, x, shape) - y).pow(2).sum((-1, -2))).sum()
 
-    losses = vmap(loss, in_dims=(PARAMS, FROZEN, 0, 0, 0))  # every student's loss; their sum's gradient is
+    losses = vmap(loss, in_dims=(TRAINED_AXES, FROZEN_AXES, 0, 0, 0))  # every student's loss; their sum's gradient is
     # each student's own gradient (no parameter is shared), and autograd on it beats vmap(grad) ~4×
-    risk = vmap(lambda p, f: excess_risk(transformer.forward(p, f, test[0], shape), test[1]), in_dims=(PARAMS, FROZEN))
+
+    def test_risk(p, f):
+        return excess_risk(transformer.forward(p, f, test[0], shape), test[1])
+
+    risk = vmap(test_risk, in_dims=(TRAINED_AXES, FROZEN_AXES))
     # one batch stream per student, so that its trajectory is the same alone, in any group, on any rank
-    gens = [torch.Generator().manual_seed(seed_for(cfg.seed, 3, n_i, width, depth, s)) for n_i, s in students]
+    gens = [torch.Generator().manual_seed(seed_for(cfg.seed, Stream.BATCHES, n_i, width, depth, s)) for n_i, s in students]
     slots = torch.arange(int(b.max()))
     weights = (slots < b[:, None]).to(dtype) / b[:, None]
     marks, rows = set(checkpoint_steps(cfg.steps, cfg.checkpoints)), []
@@ -137,12 +147,17 @@ def train_group(cfg: ScalingLawRecipe, width: int, depth: int, students: list[tu
         for row, g, (n_i, _) in zip(keys, gens, students):
             row[:n_i] = torch.rand(n_i, generator=g)
         idx = keys.argsort(-1)[:, : len(slots)]
-        take = lambda T: torch.gather(T, 1, idx[..., None, None].expand(-1, -1, *T.shape[2:]))  # noqa: E731
         leaves = {k: v.detach().requires_grad_() for k, v in params.items()}
-        g = torch.autograd.grad(losses(leaves, frozen, take(X), take(Y), weights).sum(), list(leaves.values()))
+        g = torch.autograd.grad(losses(leaves, frozen, _rows(X, idx), _rows(Y, idx), weights).sum(),
+                                list(leaves.values()))
         params = {k: v.detach() - cfg.lr * gk for (k, v), gk in zip(leaves.items(), g)}
         advance(1)
     return pd.DataFrame(rows)
+
+
+def _rows(T: torch.Tensor, idx: torch.Tensor) -> torch.Tensor:
+    """T[i, idx[i]] for every student i: its mini-batch of sequences."""
+    return torch.gather(T, 1, idx[..., None, None].expand(-1, -1, *T.shape[2:]))
 
 
 def data_pools(cfg: ScalingLawRecipe, teacher: Teacher, seeds: list[int], dtype):
@@ -150,11 +165,11 @@ def data_pools(cfg: ScalingLawRecipe, teacher: Teacher, seeds: list[int], dtype)
     in seeded blocks so that the first N rows and their noise do not depend on N_max)."""
     pools, n_max, shape = {}, max(cfg.n_values), (cfg.seq_len, cfg.d)
     for seed in seeds:
-        X = inputs(nested_randn(n_max, shape, cfg.seed, 5, seed, block=64), dtype)
+        X = inputs(nested_randn(n_max, shape, cfg.seed, Stream.DATA, seed, block=64), dtype)
         with torch.no_grad():
-            Y = teacher(X) + cfg.noise * nested_randn(n_max, shape, cfg.seed, 6, seed, block=64).to(dtype)
+            Y = teacher(X) + cfg.noise * nested_randn(n_max, shape, cfg.seed, Stream.NOISE, seed, block=64).to(dtype)
         pools[seed] = (X, Y)
-    gen = torch.Generator().manual_seed(seed_for(cfg.seed, 9))
+    gen = torch.Generator().manual_seed(seed_for(cfg.seed, Stream.TEST))
     X_test = inputs(torch.randn(cfg.n_test, *shape, generator=gen, dtype=torch.float64), dtype)
     with torch.no_grad():
         return pools, (X_test, teacher(X_test))
@@ -213,10 +228,6 @@ THEORY = {
 }
 
 
-def _ci(fit: fitting.Fit, key: str) -> str:
-    return f"{fit.params[key]:.3g} [{fit.lower[key]:.3g}, {fit.upper[key]:.3g}]"
-
-
 def frontier(df: pd.DataFrame) -> pd.DataFrame:
     """Seed-mean risk per (width, step), then the points no cheaper point beats (the compute frontier)."""
     mean = df[df.step > 0].groupby(["width", "step"], as_index=False).agg(
@@ -240,23 +251,23 @@ def fit_laws(cfg: ScalingLawRecipe, df: pd.DataFrame) -> dict[str, object]:
         t = df[(df.n == cfg.base_n) & (df.width == cfg.base_width) & (df.depth == cfg.base_depth) & (df.step > 0)]
         exp = fitting.bootstrap(fitting.fit_exponential, t.step, t.excess_risk, **boot)
         power = fitting.fit_power_law(t.step, t.excess_risk)
-        fits += exp.rows(law="time", group=f"N={cfg.base_n} m={cfg.base_width}", form="E + A·exp(−r·T)")
-        fits += power.rows(law="time", group=f"N={cfg.base_n} m={cfg.base_width}", form="E + A·T^(−α)")
+        fits += exp.rows(law="time", group=f"N={cfg.base_n} m={cfg.base_width}", form=exp.form("T"))
+        fits += power.rows(law="time", group=f"N={cfg.base_n} m={cfg.base_width}", form=power.form("T"))
         curves["time"] = (exp, power)
-        verdict("time", f"r = {_ci(exp, 'r')}/step, floor E = {_ci(exp, 'E')}; Huber loss exp {exp.loss:.3g} "
+        verdict("time", f"r = {exp.interval('r')}/step, floor E = {exp.interval('E')}; Huber loss exp {exp.loss:.3g} "
                 f"vs power law {power.loss:.3g}", exp.loss < power.loss)
     if "data" in cfg.sweeps:
         d = final[(final.width == cfg.base_width) & (final.depth == cfg.base_depth)]
         fit = fitting.bootstrap(fitting.fit_power_law, d.n, d.excess_risk, **boot)
-        fits += fit.rows(law="data", group=f"m={cfg.base_width}", form="E + A·N^(−α)")
+        fits += fit.rows(law="data", group=f"m={cfg.base_width}", form=fit.form("N"))
         curves["data"] = fit
-        verdict("data", f"α = {_ci(fit, 'alpha')}", fit.upper["alpha"] >= 1.0)
+        verdict("data", f"α = {fit.interval('alpha')}", fit.upper["alpha"] >= 1.0)
     if "model" in cfg.sweeps:
         d = final[final.n == cfg.base_n]
         fit = fitting.bootstrap(fitting.fit_power_law, d.model_size, d.excess_risk, **boot)
-        fits += fit.rows(law="model", group=f"N={cfg.base_n}", form="E + A·M^(−α)")
+        fits += fit.rows(law="model", group=f"N={cfg.base_n}", form=fit.form("M"))
         curves["model"] = fit
-        verdict("model", f"α = {_ci(fit, 'alpha')}", fit.lower["alpha"] > 0.0)
+        verdict("model", f"α = {fit.interval('alpha')}", fit.lower["alpha"] > 0.0)
     if "compute" in cfg.sweeps:
         stars = {}
         for n in cfg.n_values:
@@ -265,10 +276,10 @@ def fit_laws(cfg: ScalingLawRecipe, df: pd.DataFrame) -> dict[str, object]:
             if len(front) < 6:
                 continue
             fit = fitting.bootstrap(fitting.fit_two_stage, front.compute, front.excess_risk, **boot)
-            fits += fit.rows(law="compute", group=f"N={n}", form="two-stage: exp(−r·C), then C^(−β)")
+            fits += fit.rows(law="compute", group=f"N={n}", form=fit.form("C"))
             curves[f"compute N={n}"] = fit
             stars[n] = fit
-        verdict("compute", "; ".join(f"N={n}: β = {_ci(f, 'beta')}" for n, f in stars.items()),
+        verdict("compute", "; ".join(f"N={n}: β = {f.interval('beta')}" for n, f in stars.items()),
                 bool(stars) and all(f.upper["beta"] >= 1 / 6 for f in stars.values()))
         if len(stars) >= 3:
             ns = np.array(sorted(stars))
@@ -277,90 +288,12 @@ def fit_laws(cfg: ScalingLawRecipe, df: pd.DataFrame) -> dict[str, object]:
             slopes = [np.polyfit(np.log(ns), np.log([stars[n].draws[j]["xstar"] for n in ns]), 1)[0]
                       for j in range(count)]
             fit = fitting.Fit({"slope": slope}, float("nan"), {"slope": float(np.percentile(slopes, 2.5))},
-                              {"slope": float(np.percentile(slopes, 97.5))})
-            fits += fit.rows(law="breakpoint", group="all N", form="log C* = c + slope·log N")
+                              {"slope": float(np.percentile(slopes, 97.5))}, law="line")
+            fits += fit.rows(law="breakpoint", group="all N", form=fit.form("N"))
             curves["breakpoint"] = (ns, np.array([stars[n].params["xstar"] for n in ns]), fit)
-            verdict("breakpoint", f"slope = {_ci(fit, 'slope')}", fit.lower["slope"] <= 6 <= fit.upper["slope"])
+            verdict("breakpoint", f"slope = {fit.interval('slope')}", fit.lower["slope"] <= 6 <= fit.upper["slope"])
     return {"fits": pd.DataFrame(fits), "verdicts": pd.DataFrame(verdicts), "curves": curves,
             "frontier": pd.concat(frontiers, ignore_index=True) if frontiers else pd.DataFrame()}
-
-
-def _errorbars(ax, df: pd.DataFrame, x: str, **kw) -> None:
-    g = df.groupby(x).excess_risk.agg(["mean", "std"]).reset_index()
-    ax.errorbar(g[x], g["mean"], yerr=g["std"].fillna(0), fmt="o", capsize=3, **kw)
-
-
-def figure(cfg: ScalingLawRecipe, df: pd.DataFrame, laws: dict) -> plt.Figure:
-    fig, axes = plt.subplots(2, 3, figsize=(17, 10))
-    (a_time, a_data, a_model), (a_comp, a_star, a_text) = axes
-    curves, final = laws["curves"], df[df.step == cfg.steps]
-    for ax in axes.flat[:5]:
-        ax.set_xscale("log")
-        ax.set_yscale("log")
-        ax.xaxis.set_minor_formatter(matplotlib.ticker.NullFormatter())
-        ax.grid(True, which="both", alpha=0.25)
-    if "time" in curves:
-        t = df[(df.n == cfg.base_n) & (df.width == cfg.base_width) & (df.depth == cfg.base_depth) & (df.step > 0)]
-        _errorbars(a_time, t, "step", color="C0", label="excess risk (mean ± std over seeds)")
-        exp, power = curves["time"]
-        xs = np.geomspace(1, cfg.steps, 200)
-        p = exp.params
-        a_time.plot(xs, p["E"] + p["A"] * np.exp(-p["r"] * xs), "k-", label=f"E + A·exp(−rT), r = {p['r']:.2g}")
-        q = power.params
-        a_time.plot(xs, q["E"] + q["A"] * xs ** -q["alpha"], "C3--", label=f"power law, α = {q['alpha']:.2g}")
-        a_time.set(title=f"time law (N = {cfg.base_n}, m = {cfg.base_width})", xlabel="SGD steps T", ylabel="excess risk")
-        a_time.legend(fontsize=8)
-    if "data" in curves:
-        d = final[(final.width == cfg.base_width) & (final.depth == cfg.base_depth)]
-        _errorbars(a_data, d, "n", color="C0", label="final excess risk")
-        p, xs = curves["data"].params, np.geomspace(d.n.min(), d.n.max(), 100)
-        a_data.plot(xs, p["E"] + p["A"] * xs ** -p["alpha"], "k-", label=f"fit α = {_ci(curves['data'], 'alpha')}")
-        a_data.plot(xs, d.excess_risk.mean() * (xs / xs.mean()) ** -1.0, "C3:", label="slope −1 (the bound)")
-        a_data.set(title=f"data law (m = {cfg.base_width}, T = {cfg.steps})", xlabel="data size N")
-        a_data.legend(fontsize=8)
-    if "model" in curves:
-        d = final[final.n == cfg.base_n]
-        for i, dep in enumerate(sorted(d.depth.unique())):
-            _errorbars(a_model, d[d.depth == dep], "model_size", color=f"C{i}", label=f"depth {dep}")
-        p, xs = curves["model"].params, np.geomspace(d.model_size.min(), d.model_size.max(), 100)
-        a_model.plot(xs, p["E"] + p["A"] * xs ** -p["alpha"], "k-", label=f"fit α = {_ci(curves['model'], 'alpha')}")
-        a_model.set(title=f"model law (N = {cfg.base_n}, T = {cfg.steps})", xlabel="model size M = N(md + d²)")
-        a_model.legend(fontsize=8)
-    front = laws["frontier"]
-    if not front.empty:
-        for i, n in enumerate(cfg.n_values):
-            color = f"C{i % 10}"
-            pts = df[(df.n == n) & (df.depth == cfg.base_depth) & (df.step > 0)]
-            a_comp.scatter(pts.compute, pts.excess_risk, s=3, alpha=0.15, color=color)
-            f = front[front.n == n]
-            a_comp.plot(f.compute, f.excess_risk, "o", ms=3, color=color, label=f"N = {n} frontier")
-            fit = curves.get(f"compute N={n}")
-            if fit is not None:
-                xs = np.geomspace(f.compute.min(), f.compute.max(), 200)
-                theta = [fit.params["log_ystar"], np.log(fit.params["r"] * xs.max()), fit.params["beta"],
-                         np.log(fit.params["xstar"] / xs.max())]
-                a_comp.plot(xs, np.exp(fitting.two_stage_log(np.array(theta), xs / xs.max())), "-", color=color, lw=1)
-                a_comp.axvline(fit.params["xstar"], color=color, ls=":", lw=0.8)
-        a_comp.set(title="compute frontier: exp stage, then power law (dotted: C*)", xlabel="compute C = M·T·|B|",
-                   ylabel="excess risk")
-        a_comp.legend(fontsize=7, ncol=2)
-    if "breakpoint" in curves:
-        ns, cs, fit = curves["breakpoint"]
-        line = lambda slope: np.exp(np.log(cs).mean()) * (ns / np.exp(np.log(ns).mean())) ** slope  # noqa: E731
-        a_star.plot(ns, cs, "o", label="fitted C*(N)")
-        a_star.plot(ns, line(fit.params["slope"]), "k-", label=f"least squares, slope {_ci(fit, 'slope')}")
-        a_star.plot(ns, line(6.0), "C3:", label="slope 6 (Eq. 3), same centre")
-        a_star.set(title="breakpoint C* vs data size", xlabel="data size N", ylabel="C*")
-        a_star.legend(fontsize=8)
-    a_text.axis("off")
-    lines = [f"{r.law}: {r.verdict}\n" + textwrap.fill(r.measured, 64, initial_indent="  ", subsequent_indent="  ")
-             for r in laws["verdicts"].itertuples()]
-    a_text.text(0, 1, "\n".join(lines), va="top", family="monospace", fontsize=8, wrap=True)
-    a_text.set_title("verdicts (95% bootstrap intervals)")
-    fig.suptitle(f"paper 2 scaling laws, teacher–student ({cfg.teacher} teacher, d = {cfg.d}, L = {cfg.seq_len}, "
-                 f"ξ = {cfg.noise}, {cfg.seeds} seeds)")
-    fig.tight_layout()
-    return fig
 
 
 def run(cfg: ScalingLawRecipe, run: Run) -> dict[str, pd.DataFrame]:
@@ -375,7 +308,6 @@ def run(cfg: ScalingLawRecipe, run: Run) -> dict[str, pd.DataFrame]:
     run.save_csv("summary.csv", laws["verdicts"])
     if not laws["frontier"].empty:
         run.save_csv("frontier.csv", laws["frontier"])
-    run.save_figure("scaling_law.png", figure(cfg, results, laws))
-    plt.close("all")
+    run.save_figure("scaling_law.png", figures.figure(cfg, results, laws))
     run.finish(students=len(results[KEYS].drop_duplicates()), sweep_points=len(wanted))
     return {"verdicts": laws["verdicts"], "fits": laws["fits"]}

@@ -27,11 +27,6 @@ def model(W: Tensor, x: Tensor, a: Tensor) -> Tensor:
     return W.shape[1] * (S * a) @ W.T
 
 
-def loss(W: Tensor, X: Tensor, Y: Tensor, a: Tensor) -> Tensor:
-    """Def 3.7: ½ Σ_i ‖F(W, x_i) − y_i‖²."""
-    return 0.5 * (model(W, X, a) - Y).pow(2).sum()
-
-
 def _paths(W: Tensor, X: Tensor, a: Tensor) -> tuple[Tensor, Tensor]:
     m = W.shape[1]
     S = torch.softmax(X @ W, dim=-1)  # [n, m]

@@ -23,7 +23,7 @@ from ...errors import UserError
 from ...models import load_model, load_tokenizer, model_config
 from ...recipes import DataSpec, FinetuneRecipe, method_label, method_options
 from ...runs import Run, is_main_process, process_rank, resolve_device, resume, seed_for
-from . import data as D
+from . import data
 from .train import TrainingFailed, train
 
 KEYS = ["method", "seed"]
@@ -43,12 +43,12 @@ def _datasets(cfg: FinetuneRecipe, config, tokenizer, classes=None):
     from transformers import DataCollatorWithPadding, default_data_collator
 
     spec: DataSpec = cfg.data
-    splits = [D.load_split(spec, split, cfg.seed, classes, limit)
+    splits = [data.load_split(spec, split, cfg.seed, classes, limit)
               for split, limit in ((spec.train_split, spec.max_train_samples), (spec.eval_split, spec.max_eval_samples))]
     if tokenizer is None:
         size, channels = config.image_size, config.num_channels
-        return *(D.with_pixels(s, size, channels) for s in splits), default_data_collator
-    return *(D.tokenize(s, tokenizer, spec.max_length) for s in splits), DataCollatorWithPadding(tokenizer)
+        return *(data.with_pixels(s, size, channels) for s in splits), default_data_collator
+    return *(data.tokenize(s, tokenizer, spec.max_length) for s in splits), DataCollatorWithPadding(tokenizer)
 
 
 def _steps(n: int, batch: int, epochs: int) -> int:
