@@ -9,10 +9,11 @@ from __future__ import annotations
 
 import multiprocessing as mp
 import resource
-from functools import partial
 import statistics
 import tempfile
 import time
+from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 from typing import Callable
 
@@ -102,20 +103,20 @@ def prefix_scaling(log2ms: list[int], B: int = 1, H: int = 12, L: int = 128, d: 
     return pd.DataFrame(rows)
 
 
-def approx_error_wall_time(max_log2m: int = 18) -> tuple[float, pd.DataFrame]:
-    """Wall time of the CPU-default approx-error recipe, total and per m, in a fresh temporary run."""
+def approx_error_wall_time(max_log2m: int = 18) -> pd.DataFrame:
+    """Wall time of the CPU-default approx-error recipe per m (total_seconds: the whole run), in a fresh
+    temporary run."""
     from .experiments import approx_error
-    from .recipes import ApproxErrorRecipe
     from .runs import Run
 
     with tempfile.TemporaryDirectory() as tmp:
-        cfg = ApproxErrorRecipe(name="bench", out=tmp, max_log2m=max_log2m)
+        cfg = approx_error.RECIPE(name="bench", out=tmp, max_log2m=max_log2m)
         t0 = time.perf_counter()
-        approx_error.run(cfg, Run("approx-error", cfg))
+        approx_error.run(cfg, Run.start(approx_error.COMMAND, cfg), None)
         total = time.perf_counter() - t0
         timings = pd.read_csv(Path(tmp) / "approx-error" / "bench" / "timings.csv")
     per_m = timings.groupby("m", as_index=False).seconds.sum().rename(columns={"seconds": "seconds_all_units"})
-    return total, per_m
+    return per_m.assign(total_seconds=total)
 
 
 def _one_token_model(params: dict, x: torch.Tensor, a: torch.Tensor) -> torch.Tensor:
@@ -188,11 +189,10 @@ def scaling_law_points(sizes: tuple[int, ...] = (18, 48), steps: int = 300) -> p
     6 data sizes × 3 seeds; 48: 6 × 8), trained vectorised (vmap forward, one backward) against one
     at a time (the same code, groups of one)."""
     from .experiments import scaling_law as sl
-    from .recipes import ScalingLawRecipe
 
     rows = []
     for size in sizes:
-        cfg = ScalingLawRecipe(steps=steps, seeds=-(-size // 6))
+        cfg = sl.RECIPE(steps=steps, seeds=-(-size // 6))
         teacher = sl.Teacher(cfg, torch.float32)
         pools, test = sl.data_pools(cfg, teacher, list(range(cfg.seeds)), torch.float32)
         group = [(n, s) for s in range(cfg.seeds) for n in cfg.n_values][:size]
@@ -207,3 +207,32 @@ def scaling_law_points(sizes: tuple[int, ...] = (18, 48), steps: int = 300) -> p
                      "vectorised_points_per_min": 60 * len(group) / t_vec,
                      "one_at_a_time_points_per_min": 60 * len(group) / t_loop, "speedup": t_loop / t_vec})
     return pd.DataFrame(rows)
+
+
+@dataclass(frozen=True)
+class Suite:
+    """One benchmark of `ntk bench`: what it measures, the CSV it writes, the title of its table."""
+
+    run: Callable[..., pd.DataFrame]
+    file: str
+    title: str
+    on_device: bool  # whether it runs on --device (the others measure CPU work)
+
+    def measure(self, device: str) -> pd.DataFrame:
+        return self.run(device=device) if self.on_device else self.run()
+
+
+SUITES = {
+    "attention": Suite(partial(forward_vs_sdpa, [(8, 12, 128, 64), (1, 12, 4096, 64)]), "attention.csv",
+                       "forward: ntk_attention vs SDPA without prefix", True),
+    "prefix": Suite(partial(prefix_scaling, list(range(10, 19))), "prefix.csv",
+                    "ntk_attention vs exact SDPA over [prefix; input] (B=1, H=12, L=128, d=64; peak MiB: rise of max "
+                    "RSS on CPU, max allocated on CUDA)", True),
+    "approx-error": Suite(approx_error_wall_time, "approx_error_time.csv",
+                          "approx-error CPU default at --max-log2m 18: seconds per m (stream + methods), total_seconds "
+                          "for the whole run", False),
+    "ntk": Suite(ntk_closed_vs_autodiff, "ntk.csv", "paper 1's full NTK: closed form vs torch.func (float64)", False),
+    "finetune": Suite(finetune_step, "finetune.csv", "training step (AdamW) on MiniLM-L6, batch 32 × 128 tokens", True),
+    "scaling-law": Suite(scaling_law_points, "scaling_law.csv",
+                         "scaling-law students: vectorised (vmap) vs one at a time", False),
+}

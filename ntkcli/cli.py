@@ -1,34 +1,53 @@
-"""The `ntk` command line: parse, load the recipe, call one experiment, print its tables.
+"""The `ntk` command line: one command per experiment of the registry, plus `report` and `bench`.
 
-Every command takes an optional RECIPE.yaml (defaults are the CPU-scale recipe), friendly flags for
-the common fields, and `--set key=value` for any field. Errors a user can cause print one line and
-exit with code 2.
+Every experiment command takes an optional RECIPE.yaml (defaults are the CPU-scale recipe), the
+experiment's own shortcut flags, and the shared ones (`--seed`, `--device`, `--out`, `--set key=value`,
+`--dry-run`, `--fresh`); all of them go through `run_experiment`. Errors a user can cause print one line
+and exit with code 2.
 """
 
 from __future__ import annotations
 
 import contextlib
+import inspect
 import math
 import sys
 from pathlib import Path
-from typing import Any, Iterator, Optional
+from typing import Annotated, Any, Iterator, Optional
 
 import pandas as pd
 import typer
 from rich.console import Console
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 from rich.markup import escape
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 from rich.table import Table
 
 from .errors import UserError
-from .recipes import (ApproxErrorRecipe, ConvergenceRecipe, FinetuneRecipe, Recipe, ScalingLawRecipe, load_recipe,
-                      method_label, parse_overrides)
+from .experiments import Experiment, registry
+from .recipes import Recipe, load_recipe, parse_overrides
 from .runs import Run, is_main_process, resolve_device
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, rich_markup_mode="rich",
                   help="NTK-Attention and the NTK theory of prefix learning and transformer scaling laws.")
 out_console = Console(width=None if sys.stdout.isatty() else 150)
 err_console = Console(stderr=True)
+
+# the options every experiment command shares, defined once (Typer's Annotated style)
+RecipeFile = Annotated[Optional[Path], typer.Argument(help="YAML recipe; omit for the CPU-scale defaults.",
+                                                      show_default=False)]
+RequiredRecipeFile = Annotated[Path, typer.Argument(help="YAML recipe (e.g. recipes/digits_vit.yaml).",
+                                                    show_default=False)]
+SHARED = {
+    "seed": (Annotated[Optional[int], typer.Option("--seed", help="Base seed of every random draw.")], None),
+    "device": (Annotated[Optional[str], typer.Option("--device", help="cpu, cuda or auto.")], None),
+    "out": (Annotated[Optional[str], typer.Option("--out", help="Root folder of the run (default outputs/).")], None),
+    "sets": (Annotated[list[str], typer.Option("--set", help="Override any recipe field: --set key=value (value "
+                                                             "parsed as YAML; repeatable).")], []),
+    "dry_run": (Annotated[bool, typer.Option("--dry-run", help="Print the resolved recipe and the planned work; "
+                                                               "run nothing.")], False),
+    "fresh": (Annotated[bool, typer.Option("--fresh", help="Discard this run folder's earlier results instead "
+                                                           "of resuming.")], False),
+}
 
 
 @app.callback()
@@ -38,14 +57,6 @@ def _main() -> None:
     Each command runs one experiment from a YAML recipe and writes CSVs, figures and run.json to
     outputs/<command>/<recipe>/.
     """
-
-RecipeArg = typer.Argument(None, help="YAML recipe; omit for the CPU-scale defaults.", show_default=False)
-SetOpt = typer.Option([], "--set", help="Override any recipe field: --set key=value (value parsed as YAML; repeatable).")
-SeedOpt = typer.Option(None, "--seed", help="Base seed of every random draw.")
-DeviceOpt = typer.Option(None, "--device", help="cpu, cuda or auto.")
-OutOpt = typer.Option(None, "--out", help="Root folder of the run (default outputs/).")
-DryRunOpt = typer.Option(False, "--dry-run", help="Print the resolved recipe and the planned work; run nothing.")
-FreshOpt = typer.Option(False, "--fresh", help="Discard this run folder's earlier results instead of resuming.")
 
 
 @contextlib.contextmanager
@@ -92,20 +103,6 @@ def print_table(df: pd.DataFrame, title: str) -> None:
     out_console.print(table)
 
 
-def _load(cls: type[Recipe], recipe: Optional[Path], sets: list[str], **flags: Any) -> Recipe:
-    overrides = {k: v for k, v in flags.items() if v is not None}
-    overrides.update(parse_overrides(sets))
-    return load_recipe(cls, recipe, overrides)
-
-
-def _start_run(command: str, cfg: Recipe, experiment, fresh: bool) -> Run:
-    """The run folder, once everything the run needs has been checked; under torchrun only rank 0 discards
-    old results and shows progress."""
-    main = is_main_process()
-    return Run(command, cfg, resumable=experiment.RESUMABLE, files=experiment.FILES, fresh=fresh and main,
-               progress=_progress_factory() if main else None)
-
-
 def _dry_run(cfg: Recipe, plan: list[tuple[str, str]]) -> None:
     table = Table(title=f"recipe '{cfg.name}' (resolved)")
     table.add_column("field")
@@ -116,181 +113,82 @@ def _dry_run(cfg: Recipe, plan: list[tuple[str, str]]) -> None:
     print_table(pd.DataFrame(plan, columns=["planned", "count"]), "planned work")
 
 
-@app.command("approx-error")
-def approx_error(
-    recipe: Optional[Path] = RecipeArg,
-    max_log2m: Optional[int] = typer.Option(None, "--max-log2m", help="Largest prefix length is 2^max_log2m (1–30)."),
-    repeats: Optional[int] = typer.Option(None, "--repeats", help="Independent draws of W and P per regime."),
-    protocol: Optional[str] = typer.Option(None, "--protocol", help="text (paper §4.4) or released (authors' script; m ≤ 2^12)."),
-    seed: Optional[int] = SeedOpt,
-    device: Optional[str] = DeviceOpt,
-    out: Optional[str] = OutOpt,
-    sets: list[str] = SetOpt,
-    dry_run: bool = DryRunOpt,
-    fresh: bool = FreshOpt,
-) -> None:
-    """Figure 1 (§4.4): error of NTK-Attention against exact attention with an m-long prefix.
+def _load(exp: Experiment, recipe: Optional[Path], sets: list[str], flags: dict[str, Any]) -> Recipe:
+    """The recipe file (or the defaults) with the flags and --set overrides applied, validated."""
+    overrides = {}
+    for field, value in flags.items():
+        if value is not None:
+            overrides[field] = value.split(",") if field in exp.FLAGS and exp.FLAGS[field][1] is list else value
+    overrides.update(parse_overrides(sets))
+    return load_recipe(exp.RECIPE, recipe, overrides)
 
-    For m = 2, 4, …, 2^max_log2m and m = ∞, and for each method (compress-taylor2, compress-favor,
-    compress-elu, fit-lstsq, fit-adam, infinite-limit), writes results.csv (one row per regime,
-    repeat, m, method), summary.csv (mean ± std), approx_error.png and run.json to
-    outputs/approx-error/<recipe>/. Re-running resumes and skips finished points.
-    """
-    from .experiments import approx_error as experiment
 
+def _execute(exp: Experiment, cfg: Recipe, fresh: bool) -> tuple[Run, dict[str, pd.DataFrame]]:
+    """Check everything the run needs, then make its folder, run it and write its claims (claims.csv)."""
+    device = resolve_device(cfg.device)
+    if device.type not in exp.DEVICES:
+        raise UserError(f"{exp.COMMAND} runs on the {' or '.join(exp.DEVICES)} only; use --device cpu")
+    prepared = exp.prepare(cfg)
+    main = is_main_process()
+    folder = Run.start(exp.COMMAND, cfg, resumable=exp.RESUMABLE, files=exp.FILES, fresh=fresh and main,
+                       progress=_progress_factory() if main else None)
+    result = exp.run(cfg, folder, prepared)
+    if main:
+        folder.save_csv("claims.csv", exp.report([Run.open(folder.dir, exp.SCALE)]).frame())
+    return folder, result
+
+
+def run_experiment(exp: Experiment, recipe: Optional[Path], seed: Optional[int], device: Optional[str],
+                   out: Optional[str], sets: list[str], dry_run: bool, fresh: bool, **flags: Any) -> None:
+    """What every experiment command does: load the recipe, plan or run, print the experiment's tables."""
     with user_errors():
-        cfg = _load(ApproxErrorRecipe, recipe, sets, max_log2m=max_log2m, repeats=repeats, protocol=protocol,
-                    seed=seed, device=device, out=out)
+        cfg = _load(exp, recipe, sets, {**flags, "seed": seed, "device": device, "out": out})
         if dry_run:
-            ms = cfg.max_log2m + (cfg.include_infinity and cfg.protocol == "text")
-            _dry_run(cfg, [("regimes (weight_std)", str(len(cfg.weight_std))), ("repeats", str(cfg.repeats)),
-                           ("prefix lengths m", f"{ms} (2^1 … 2^{cfg.max_log2m}{', ∞' if ms > cfg.max_log2m else ''})"),
-                           ("methods", str(len(cfg.methods))),
-                           ("queries streamed per repeat", str((cfg.n_train + cfg.n_test) * cfg.seq_len))])
+            _dry_run(cfg, exp.plan(cfg))
             return
-        resolve_device(cfg.device)
-        run = _start_run("approx-error", cfg, experiment, fresh)
-        tables = experiment.run(cfg, run)
-    print_table(tables["headline"], f"approx-error: Eq. (6) error, mean over {cfg.repeats} repeats (s = {cfg.scale:.4g})")
-    err_console.print(f"wrote {run.dir}/results.csv, summary.csv, approx_error.png, run.json")
-
-
-@app.command("convergence")
-def convergence(
-    recipe: Optional[Path] = RecipeArg,
-    parts: Optional[str] = typer.Option(None, "--parts", help="Comma-separated: prefix, transformer, stand-in."),
-    seed: Optional[int] = SeedOpt,
-    device: Optional[str] = DeviceOpt,
-    out: Optional[str] = OutOpt,
-    sets: list[str] = SetOpt,
-    dry_run: bool = DryRunOpt,
-    fresh: bool = FreshOpt,
-) -> None:
-    """NTK convergence of both papers: prefix learning (Thm 3.10) and the N-layer transformer (Thm 5.5).
-
-    Trains paper 1's one-token prefix model by gradient descent for m = 2^4 … 2^14, the NTK-Attention
-    stand-in (Z, k) beside it, and paper 2's transformer by SGD over depths and widths; closed-form
-    kernels are checked against autodiff. Writes results.csv, curves.csv, summary.csv (log-log fits),
-    convergence.png and run.json to outputs/convergence/<recipe>/; re-running resumes.
-    """
-    from .experiments import convergence as experiment
-
-    with user_errors():
-        cfg = _load(ConvergenceRecipe, recipe, sets, seed=seed, device=device, out=out,
-                    parts=parts.split(",") if parts else None)
-        if dry_run:
-            _dry_run(cfg, [("prefix runs (m values × seeds)", str(len(cfg.log2m) * cfg.seeds * ("prefix" in cfg.parts))),
-                           ("stand-in runs", str(cfg.seeds * ("stand-in" in cfg.parts))),
-                           ("transformer runs (depths × widths × seeds)",
-                            str(len(cfg.t_depths) * len(cfg.t_widths) * cfg.seeds * ("transformer" in cfg.parts)))])
-            return
-        if resolve_device(cfg.device).type != "cpu":
-            raise UserError("convergence runs its float64 theory checks on the CPU only; use --device cpu")
-        run = _start_run("convergence", cfg, experiment, fresh)
-        tables = experiment.run(cfg, run)
-    print_table(tables["prefix"], "paper 1: one-token prefix (rates per step; λ of H = JJᵀ/m)")
-    print_table(tables["transformer"], "paper 2: N-layer transformer, SGD")
-    print_table(tables["fits"], "log-log fits")
-    err_console.print(f"wrote {run.dir}/results.csv, curves.csv, summary.csv, convergence.png, run.json")
-
-
-@app.command("finetune")
-def finetune(
-    recipe: Path = typer.Argument(..., help="YAML recipe (e.g. recipes/digits_vit.yaml).", show_default=False),
-    seed: Optional[int] = SeedOpt,
-    device: Optional[str] = DeviceOpt,
-    out: Optional[str] = OutOpt,
-    sets: list[str] = SetOpt,
-    dry_run: bool = DryRunOpt,
-    fresh: bool = FreshOpt,
-) -> None:
-    """Tables 1–2 (§5): NTK-Attention vs P-Tuning v2 vs LoRA vs full fine-tuning, several seeds.
-
-    Loads the recipe's Hugging Face model and data (hub, local files, or the offline digits), injects
-    each method, trains with the Trainer and evaluates accuracy after every epoch. Writes results.csv
-    (method, seed, epoch), summary.csv (accuracy mean ± std, trainable parameters, time, memory) and
-    run.json to outputs/finetune/<recipe>/; re-running skips finished (method, seed) pairs.
-    Runs unchanged under torchrun and accelerate launch.
-    """
-    from .experiments import finetune as experiment
-
-    with user_errors():
-        cfg = _load(FinetuneRecipe, recipe, sets, seed=seed, device=device, out=out)
-        if dry_run:
-            _dry_run(cfg, [("methods", ", ".join(method_label(m) for m in cfg.methods)),
-                           ("seeds", str(len(cfg.seeds))), ("training runs", str(len(cfg.methods) * len(cfg.seeds))),
-                           ("epochs per run", str(cfg.train.epochs)),
-                           ("model", cfg.model.name_or_path or f"from config ({cfg.model.config.get('model_type')})"),
-                           ("data", cfg.data.path or f"{cfg.data.name} {cfg.data.config or ''}".strip())])
-            return
-        inputs = experiment.prepare(cfg)
-        run = _start_run("finetune", cfg, experiment, fresh)
-        tables = experiment.run(cfg, run, inputs)
+        folder, result = _execute(exp, cfg, fresh)
     if not is_main_process():
         return
-    s = tables["summary"]
-    shown = pd.DataFrame({
-        "method": s.method,
-        "accuracy % (mean ± std)": [f"{100 * m:.2f} ± {100 * d:.2f}" for m, d in zip(s.accuracy_mean, s.accuracy_std)],
-        "best epoch %": 100 * s.best_epoch_accuracy_mean, "seeds": s.seeds,
-        "trainable params": s.trainable_params, "trainable %": s.trainable_pct,
-        "train s": s.train_seconds, "peak MiB": s.peak_mem_mb})
-    print_table(shown, f"finetune '{cfg.name}': final-epoch accuracy on {cfg.data.eval_split}")
-    err_console.print(f"wrote {run.dir}/results.csv, summary.csv, run.json")
+    for title, table in exp.tables(cfg, result):
+        print_table(table, title)
+    written = [p.name for p in sorted(folder.dir.iterdir()) if not p.name.startswith(".")]
+    err_console.print(f"wrote {folder.dir}/: {', '.join(written)}")
 
 
-@app.command("scaling-law")
-def scaling_law(
-    recipe: Optional[Path] = RecipeArg,
-    sweeps: Optional[str] = typer.Option(None, "--sweeps", help="Comma-separated: time, data, model, compute."),
-    seeds: Optional[int] = typer.Option(None, "--seeds", help="Students per sweep point."),
-    seed: Optional[int] = SeedOpt,
-    device: Optional[str] = DeviceOpt,
-    out: Optional[str] = OutOpt,
-    sets: list[str] = SetOpt,
-    dry_run: bool = DryRunOpt,
-    fresh: bool = FreshOpt,
-) -> None:
-    """Paper 2, Theorems 7.1–7.2: scaling laws of a transformer trained by SGD on teacher–student data.
+def _signature(exp: Experiment) -> inspect.Signature:
+    """The command's parameters: the recipe file, the experiment's flags, the shared options."""
+    def param(name: str, annotation, default=inspect.Parameter.empty) -> inspect.Parameter:
+        return inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY, annotation=annotation, default=default)
 
-    Trains paper 2's model for every (data size N, width m, depth) the sweeps need, several seeds,
-    vectorised over N and seeds; fits the time, data and model laws (power laws with offset, Huber
-    loss in log space, bootstrap 95% intervals) and the two-stage compute frontier with its
-    breakpoint C*(N). Writes results.csv, frontier.csv, fits.csv, summary.csv (verdicts),
-    scaling_law.png and run.json to outputs/scaling-law/<recipe>/; re-running resumes point by point.
-    Under torchrun the sweep points are sharded across processes.
-    """
-    from .experiments import scaling_law as experiment
+    params = [param("recipe", RequiredRecipeFile) if exp.NEEDS_RECIPE else param("recipe", RecipeFile, None)]
+    for field, (flag, kind, text) in exp.FLAGS.items():
+        params.append(param(field, Annotated[Optional[str if kind is list else kind], typer.Option(flag, help=text)],
+                            None))
+    params += [param(name, annotation, default) for name, (annotation, default) in SHARED.items()]
+    return inspect.Signature(params)
 
-    with user_errors():
-        cfg = _load(ScalingLawRecipe, recipe, sets, seed=seed, device=device, out=out, seeds=seeds,
-                    sweeps=sweeps.split(",") if sweeps else None)
-        points = experiment.sweep_points(cfg)
-        if dry_run:
-            _dry_run(cfg, [("sweep points (N, m, depth)", str(len(points))), ("students", str(len(points) * cfg.seeds)),
-                           ("vectorised groups (m, depth)", str(len({(w, d) for _, w, d in points}))),
-                           ("SGD steps per student", str(cfg.steps))])
-            return
-        if resolve_device(cfg.device).type != "cpu":
-            raise UserError("scaling-law trains its small students on the CPU only; use --device cpu")
-        run = _start_run("scaling-law", cfg, experiment, fresh)
-        tables = experiment.run(cfg, run)
-    if not is_main_process():
-        return
-    print_table(tables["verdicts"][["law", "theorem", "theory", "measured", "verdict"]],
-                "paper 2 scaling laws: theory vs measurement (95% bootstrap intervals)")
-    err_console.print(f"wrote {run.dir}/results.csv, frontier.csv, fits.csv, summary.csv, scaling_law.png, run.json")
+
+def _add_command(exp: Experiment) -> None:
+    def command(**options: Any) -> None:
+        run_experiment(exp, **options)
+
+    command.__signature__ = _signature(exp)
+    command.__doc__ = exp.HELP
+    command.__name__ = exp.COMMAND.replace("-", "_")
+    app.command(exp.COMMAND)(command)
+
+
+for _experiment in registry().values():
+    _add_command(_experiment)
 
 
 @app.command("report")
 def report(
-    outputs: Path = typer.Argument(Path("outputs"), help="Folder holding the runs (default outputs/)."),
+    outputs: Annotated[Path, typer.Argument(help="Folder holding the runs (default outputs/).")] = Path("outputs"),
 ) -> None:
     """Gather every run in OUTPUTS into report.md and a self-contained report.html (figures embedded).
 
-    One section per command; each paper claim (Figure 1's trend, Tables 1–2, Theorems 3.10, 5.5, 7.1,
-    7.2) beside our measurement, the run it came from, and a verdict: reproduced, not reproduced, or
-    not run at this scale. Incomplete run folders are listed and skipped.
+    One section per command; each paper claim (Figure 1's trend, Tables 1–2, Theorems 3.10, 5.5, 7.1, 7.2) beside our measurement, the run it came from, and a verdict: reproduced, not reproduced, or not run at this scale. Malformed or incomplete run folders are listed and skipped.
     """
     from . import report as rep
 
@@ -308,22 +206,20 @@ def report(
 
 @app.command("bench")
 def bench(
-    suite: str = typer.Option("all", "--suite", help="attention (forward vs SDPA), prefix (vs exact SDPA over "
-                              "[prefix; input], m = 2^10 … 2^18), approx-error (wall time of the CPU default), "
-                              "ntk (closed-form vs autodiff NTK at n·d = 512), finetune (training step on "
-                              "MiniLM-L6 per method, batch 32 × 128 tokens), scaling-law (sweep points per minute, "
-                              "vectorised vs one at a time), or all."),
-    device: str = typer.Option("cpu", "--device", help="cpu or cuda."),
-    out: str = typer.Option("outputs", "--out", help="Root folder; CSVs go to <out>/bench/."),
+    suite: Annotated[str, typer.Option("--suite", help="One of the suites below, or all.")] = "all",
+    device: Annotated[str, typer.Option("--device", help="cpu or cuda.")] = "cpu",
+    out: Annotated[str, typer.Option("--out", help="Root folder; CSVs go to <out>/bench/.")] = "outputs",
 ) -> None:
-    """Speed and memory of the attention kernels, as ratios measured in one run (not part of the tests)."""
-    from . import bench as b
+    """Speed and memory of the attention kernels and of each experiment's hot loop, as ratios measured in one run (not part of the tests).
+
+    Suites: attention (forward vs SDPA), prefix (vs exact SDPA over [prefix; input], m = 2^10 … 2^18), approx-error (wall time of the CPU default), ntk (closed-form vs autodiff NTK), finetune (training step on MiniLM-L6 per method), scaling-law (vectorised vs one student at a time).
+    """
+    from .bench import SUITES
     from .runs import atomic_write, sweep_temp
 
-    suites = ("attention", "prefix", "approx-error", "ntk", "finetune", "scaling-law")
     with user_errors():
-        if suite not in suites + ("all",):
-            raise UserError(f"unknown --suite {suite!r}; choose one of {', '.join(suites)} or all")
+        if suite not in (*SUITES, "all"):
+            raise UserError(f"unknown --suite {suite!r}; choose one of {', '.join(SUITES)} or all")
         dev = str(resolve_device(device))
         folder = Path(out) / "bench"
         try:
@@ -331,27 +227,8 @@ def bench(
             sweep_temp(folder)
         except OSError as err:
             raise UserError(f"cannot write to output folder {folder}: {err.strerror or err}") from None
-    chosen = suites if suite == "all" else (suite,)
-
-    def save(name: str, df: pd.DataFrame, title: str) -> None:
-        atomic_write(folder / name, lambda p: df.to_csv(p, index=False))
-        print_table(df, title)
-
-    if "attention" in chosen:
-        save("attention.csv", b.forward_vs_sdpa([(8, 12, 128, 64), (1, 12, 4096, 64)], dev),
-             "forward: ntk_attention vs SDPA without prefix")
-    if "prefix" in chosen:
-        save("prefix.csv", b.prefix_scaling(list(range(10, 19)), device=dev),
-             "ntk_attention vs exact SDPA over [prefix; input] (B=1, H=12, L=128, d=64; "
-             "peak MiB: rise of max RSS on CPU, max allocated on CUDA)")
-    if "approx-error" in chosen:
-        total, per_m = b.approx_error_wall_time()
-        save("approx_error_time.csv", per_m.assign(total_seconds=total),
-             f"approx-error CPU default at --max-log2m 18: {total:.1f} s in all; seconds per m (stream + methods)")
-    if "ntk" in chosen:
-        save("ntk.csv", b.ntk_closed_vs_autodiff(), "paper 1's full NTK: closed form vs torch.func (float64)")
-    if "finetune" in chosen:
-        save("finetune.csv", b.finetune_step(dev), "training step (AdamW) on MiniLM-L6, batch 32 × 128 tokens")
-    if "scaling-law" in chosen:
-        save("scaling_law.csv", b.scaling_law_points(), "scaling-law students: vectorised (vmap) vs one at a time")
+    for name in SUITES if suite == "all" else (suite,):
+        df = SUITES[name].measure(dev)
+        atomic_write(folder / SUITES[name].file, lambda p: df.to_csv(p, index=False))
+        print_table(df, SUITES[name].title)
     err_console.print(f"wrote {folder}/")

@@ -6,6 +6,8 @@
 - `fit_two_stage`: log y linear in x below a breakpoint x* (exponential decay in compute) and linear
   in log x above it (a power law), continuous at x* (Theorem 7.1's two stages).
 - `bootstrap`: resample the points with replacement, refit, report 2.5/97.5 percentiles.
+- `decay_test`: the one test of every "converges exponentially" claim: exponential-with-floor against a
+  power law by the same Huber fit (the exponential with bootstrap intervals), plus the late-phase rate.
 """
 
 from __future__ import annotations
@@ -199,3 +201,26 @@ def bootstrap(fit: Callable[..., Fit], x, y, *, n: int = 200, seed: int = 0, lev
     point.upper = {k: float(np.percentile([d[k] for d in draws], 100 - tail)) for k in point.params}
     point.draws = draws
     return point
+
+
+@dataclass
+class DecayTest:
+    """Exponential-with-floor against a power law on one decaying curve y(x)."""
+
+    exponential: Fit  # E + A·exp(−r·x), with bootstrap intervals
+    power: Fit  # E + A·x^(−α)
+    late_rate: float  # −d log y / dx over the last quarter of x: how fast it still falls at the end
+
+    @property
+    def exponential_wins(self) -> bool:
+        """The exponential describes the curve better (lower Huber loss in log space)."""
+        return self.exponential.loss < self.power.loss
+
+
+def decay_test(x, y, *, n: int = 200, seed: int = 0) -> DecayTest:
+    """Fit both laws to y(x) (x > 0) and measure the late-phase rate."""
+    x, y = np.asarray(x, float), np.asarray(y, float)
+    late = x >= np.quantile(x, 0.75)
+    rate = -np.polyfit(x[late], np.log(y[late]), 1)[0] if late.sum() >= 2 else float("nan")
+    return DecayTest(bootstrap(fit_exponential, x, y, n=n, seed=seed), fit_power_law(x, y), float(rate))
+

@@ -87,43 +87,48 @@ Advance = Callable[[float], None]
 
 
 class Run:
-    """One experiment's folder outputs/<command>/<name>/, resumable point by point.
+    """One experiment's folder outputs/<command>/<name>/: `Run.start` makes it for a run, which writes its
+    CSVs, figures and run.json there point by point; `Run.open` reads a finished one (the report)."""
 
-    `resumable` lists the recipe fields that only widen the grid (more m, more repeats): a re-run
-    that changes only those resumes; a change to any other field needs --fresh or another --out.
-    `files` names what the experiment writes there (besides config.yaml and run.json): the files that
-    count as results and the only ones --fresh removes.
-    """
-
-    def __init__(self, command: str, recipe: Recipe, *, resumable: tuple[str, ...] = (), files: tuple[str, ...] = (),
-                 fresh: bool = False,
+    def __init__(self, folder: Path, recipe: Recipe | None = None, *, scale: tuple[str, ...] = (),
                  progress: Callable[[str, int], contextlib.AbstractContextManager[Advance]] | None = None):
-        self.recipe, self.progress_factory = recipe, progress
-        self.dir = Path(recipe.out) / command / (recipe.name or "default")
+        self.dir, self.recipe, self.scale, self.progress_factory = Path(folder), recipe, scale, progress
         self.started = time.time()
+
+    @classmethod
+    def start(cls, command: str, recipe: Recipe, *, resumable: tuple[str, ...] = (), files: tuple[str, ...] = (),
+              fresh: bool = False, progress=None) -> "Run":
+        """The run folder of `recipe`, resumable point by point. `resumable` lists the recipe fields that only
+        widen the grid (more m, more repeats): a re-run that changes only those resumes; a change to any other
+        field needs --fresh or another --out. `files` names what the experiment writes there (besides
+        config.yaml and run.json): the files that count as results and the only ones --fresh removes."""
+        run = cls(Path(recipe.out) / command / (recipe.name or "default"), recipe, progress=progress)
         try:
-            self.dir.mkdir(parents=True, exist_ok=True)
-            probe = self.dir / f"{TEMP_PREFIX}write-test"
+            run.dir.mkdir(parents=True, exist_ok=True)
+            probe = run.dir / f"{TEMP_PREFIX}write-test"
             probe.write_text("")
             probe.unlink()
         except OSError as err:
-            raise UserError(f"cannot write to output folder {self.dir}: {err.strerror or err}") from None
-        sweep_temp(self.dir)
-        outputs = [p for pattern in files for p in self.dir.glob(pattern)]
+            raise UserError(f"cannot write to output folder {run.dir}: {err.strerror or err}") from None
+        sweep_temp(run.dir)
+        outputs = [p for pattern in files for p in run.dir.glob(pattern)]
         if fresh:
-            for old in outputs + [self.dir / "config.yaml", self.dir / "run.json"]:
+            for old in outputs + [run.dir / "config.yaml", run.dir / "run.json"]:
                 shutil.rmtree(old) if old.is_dir() else old.unlink(missing_ok=True)
         elif outputs:
-            self._check_same_recipe(recipe.model_dump(mode="json"), resumable)
-        self.write_text("config.yaml", yaml.safe_dump(recipe.model_dump(mode="json"), sort_keys=False))
+            run._check_same_recipe(recipe.model_dump(mode="json"), resumable)
+        run.write_text("config.yaml", yaml.safe_dump(recipe.model_dump(mode="json"), sort_keys=False))
+        return run
+
+    @classmethod
+    def open(cls, folder: Path, scale: tuple[str, ...] = ()) -> "Run":
+        """A run folder to read; `scale` names the recipe fields that set its scale (shown by `source`)."""
+        return cls(folder, scale=scale)
 
     def _check_same_recipe(self, config: dict, resumable: tuple[str, ...]) -> None:
         """Refuse to mix results of two recipes: only `resumable` fields (and device, out) may differ."""
-        try:
-            old = yaml.safe_load((self.dir / "config.yaml").read_text()) or {}
-        except (OSError, yaml.YAMLError, UnicodeDecodeError):
-            old = None
-        if not isinstance(old, dict):
+        old = self.config()
+        if old is None:
             raise UserError(f"{self.dir} holds results but no readable config.yaml; pass --fresh to discard them "
                             "or --out to write elsewhere")
         changed = sorted(k for k in set(old) | set(config)
@@ -132,8 +137,60 @@ class Run:
             raise UserError(f"{self.dir} holds results of a different recipe (fields {', '.join(changed)} differ); "
                             "pass --fresh to discard them or --out to write elsewhere")
 
+    # --- reading ---------------------------------------------------------------------------------------
+
+    @property
+    def name(self) -> str:
+        return self.dir.name
+
     def path(self, name: str) -> Path:
         return self.dir / name
+
+    def config(self) -> dict | None:
+        """config.yaml as a mapping, or None when it is missing or unreadable."""
+        try:
+            config = yaml.safe_load(self.path("config.yaml").read_text())
+        except (OSError, UnicodeDecodeError, yaml.YAMLError):
+            return None
+        return config if isinstance(config, dict) else None
+
+    def info(self) -> dict | None:
+        """run.json (written when a run finishes) as a mapping, or None."""
+        try:
+            info = json.loads(self.path("run.json").read_text())
+        except (OSError, ValueError):  # UnicodeDecodeError is a ValueError
+            return None
+        return info if isinstance(info, dict) else None
+
+    def csv(self, name: str, numeric: tuple[str, ...] = ()) -> pd.DataFrame | None:
+        """A CSV to report on, or None when it is unreadable, lacks a `numeric` column or holds text in one."""
+        try:
+            df = pd.read_csv(self.path(name))
+        except (OSError, UnicodeDecodeError, pd.errors.EmptyDataError, pd.errors.ParserError):
+            return None
+        if not all(c in df and pd.api.types.is_numeric_dtype(df[c]) for c in numeric):
+            return None
+        return df
+
+    def load_csv(self, name: str) -> pd.DataFrame | None:
+        """A CSV this run resumes from: None when absent, an error when unreadable (nothing is overwritten)."""
+        path = self.path(name)
+        if not path.exists():
+            return None
+        try:
+            return pd.read_csv(path)
+        except (OSError, UnicodeDecodeError, pd.errors.EmptyDataError, pd.errors.ParserError) as err:
+            raise UserError(f"cannot resume from {path}: {str(err).splitlines()[0]}; pass --fresh to discard it") from None
+
+    @property
+    def source(self) -> str:
+        """The run folder (named after its recipe), its device and the recipe fields that set its scale."""
+        config = self.config() or {}
+        scale = ", ".join(f"{k} {_short(config[k])}" for k in self.scale if k in config)
+        device = (self.info() or {}).get("device", "?")
+        return f"{self.dir.parent.name}/{self.name} ({device}{'; ' + scale if scale else ''})"
+
+    # --- writing ---------------------------------------------------------------------------------------
 
     def write_text(self, name: str, text: str) -> None:
         atomic_write(self.path(name), lambda p: p.write_text(text))
@@ -147,10 +204,6 @@ class Run:
 
         atomic_write(self.path(name), lambda p: fig.savefig(p, dpi=130, bbox_inches="tight", format="png"))
         pyplot().close(fig)
-
-    def load_csv(self, name: str) -> pd.DataFrame | None:
-        path = self.path(name)
-        return pd.read_csv(path) if path.exists() else None
 
     @contextlib.contextmanager
     def task(self, description: str, total: int) -> Iterator[Advance]:
@@ -180,11 +233,47 @@ class Run:
         return info
 
 
-def resume(previous: pd.DataFrame | None, keys: list[str]) -> set[tuple]:
-    """The key tuples already measured in a results table."""
-    if previous is None or previous.empty:
-        return set()
-    return set(previous[keys].itertuples(index=False, name=None))
+def _short(value) -> str:
+    """A recipe value in a few characters (a section: its epochs, or its fields)."""
+    if isinstance(value, dict):
+        return f"{value['epochs']} epochs" if "epochs" in value else str(value)
+    return str(value).replace(" ", "")
+
+
+class Results:
+    """A table measured point by point (one row or more per point, identified by `keys`): the rows of earlier
+    runs, the points still to measure, and a save after every addition, so an interrupted run loses nothing
+    and a re-run resumes. The one resume helper of every experiment."""
+
+    def __init__(self, run: Run, keys: list[str], name: str = "results.csv", write: bool = True,
+                 done: set[tuple] | None = None):
+        """`done`: for a table that accompanies another (curves beside results), the points that table
+        finished; rows of any other point (written before an interruption) are dropped and remeasured."""
+        self.run, self.keys, self.name, self.write = run, keys, name, write
+        previous = run.load_csv(name)
+        if previous is not None and done is not None:
+            previous = previous[[k in done for k in previous[keys].itertuples(index=False, name=None)]]
+        self.frames = [] if previous is None or previous.empty else [previous]
+        self.done = set() if not self.frames else set(previous[keys].itertuples(index=False, name=None))
+
+    def todo(self, points) -> list[tuple]:
+        """The points (key tuples) not measured yet, in their order."""
+        return [p for p in points if tuple(p) not in self.done]
+
+    def add(self, rows: pd.DataFrame | list[dict]) -> None:
+        """New rows, saved at once."""
+        self.frames.append(rows if isinstance(rows, pd.DataFrame) else pd.DataFrame(rows))
+        if self.write:
+            self.run.save_csv(self.name, self.table())
+
+    def table(self, wanted=None) -> pd.DataFrame:
+        """Every row so far; with `wanted` (key tuples), only the rows of those points."""
+        frames = [f for f in self.frames if not f.empty]
+        df = pd.concat(frames, ignore_index=True) if frames else pd.DataFrame(columns=self.keys)
+        if wanted is not None:
+            wanted = set(wanted)
+            df = df[[k in wanted for k in df[self.keys].itertuples(index=False, name=None)]]
+        return df
 
 
 def seed_for(*parts: int | float | str) -> int:

@@ -12,7 +12,7 @@ from transformers import (AttentionInterface, AutoConfig, AutoModelForImageClass
                           AutoModelForSequenceClassification)
 from transformers.masking_utils import AttentionMaskInterface, sdpa_mask
 
-from ntkcli.adapters import inject, load_adapter, save_adapter
+from ntkcli.adapters import inject, load_adapter, ntk, save_adapter
 from ntkcli.adapters.common import freeze_backbone, register
 
 SIZES = dict(hidden_size=32, num_hidden_layers=2, num_attention_heads=4, intermediate_size=64, num_labels=3)
@@ -172,4 +172,5 @@ def test_freeze_backbone_keeps_only_the_head():
     model = tiny("bert")
     freeze_backbone(model)
     assert {n for n, p in model.named_parameters() if p.requires_grad} == {"classifier.weight", "classifier.bias"}
-    register("ntk-test", lambda *a: None)  # registering twice or under new names is harmless
+    register(ntk)
+    register(ntk)  # registering twice is harmless

@@ -19,7 +19,7 @@ from safetensors.torch import save_file
 from ntkcli.adapters import inject
 from ntkcli.models import load_model, load_tokenizer
 from ntkcli.models.chatglm3 import SPECIAL_TOKENS, load_chatglm3
-from ntkcli.recipes import ModelSpec
+from ntkcli.experiments.finetune.recipe import ModelSpec
 from test_cli import assert_one_line_error, invoke, no_results
 from test_finetune import RECIPES, write_rte
 

@@ -109,7 +109,7 @@ def test_local_parquet_csv_and_image_folders_load(tmp_path, fmt):
     from PIL import Image
 
     from ntkcli.experiments.finetune import data
-    from ntkcli.recipes import DataSpec
+    from ntkcli.experiments.finetune.recipe import DataSpec
 
     if fmt == "imagefolder":
         for split in ("train", "val"):

@@ -9,11 +9,11 @@ import torch
 
 from ntkcli import fitting
 from ntkcli.experiments import scaling_law as sl
-from ntkcli.recipes import ScalingLawRecipe
+from ntkcli.experiments.scaling_law import ScalingLawRecipe
 from ntkcli.theory import transformer
 from test_cli import assert_one_line_error, invoke, no_results
 
-TINY = dict(d=4, seq_len=3, n_values=[4, 8, 16], widths=[4, 8, 16], depths=[1, 2], base_n=8, base_width=8,
+TINY = dict(transformer={"d": 4, "seq_len": 3}, n_values=[4, 8, 16], widths=[4, 8, 16], depths=[1, 2], base_n=8, base_width=8,
             steps=40, checkpoints=12, seeds=2, teacher_width=16, n_test=32, bootstrap=10)
 TINY_SETS = [a for k, v in TINY.items() for a in ("--set", f"{k}={v}")]
 
@@ -80,7 +80,7 @@ def test_compute_is_counted_exactly():
     cfg, teacher, pools, test = _setup(dtype="float64")
     df = sl.train_group(cfg, 8, 2, [(4, 0), (16, 1)], teacher, pools, test)
     assert sorted(df.step.unique()) == sl.checkpoint_steps(cfg.steps, cfg.checkpoints)
-    M = 2 * (8 * cfg.d + cfg.d ** 2)
+    M = 2 * (8 * cfg.transformer.d + cfg.transformer.d ** 2)
     assert (df.model_size == M).all()
     assert (df.batch == df.n.map(lambda n: max(1, round(cfg.batch_fraction * n)))).all()
     assert (df.compute == M * df.step * df.batch).all()

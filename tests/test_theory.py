@@ -5,7 +5,7 @@ import pytest
 import torch
 
 from ntkcli.experiments import convergence
-from ntkcli.recipes import ConvergenceRecipe
+from ntkcli.experiments.convergence import ConvergenceRecipe
 from ntkcli.theory import one_token, transformer
 from ntkcli.theory.ntk import empirical_ntk
 

@@ -15,10 +15,10 @@ import torch
 from torch import nn
 
 from . import lora, ntk, ptuning_v2
-from .common import Options, attention_modules, count_parameters, freeze_backbone, head_shape, register
+from .common import Adapter, Options, attention_modules, count_parameters, freeze_backbone, head_shape, register
 
-INTERFACE_METHODS = {ntk.NAME: ntk, ptuning_v2.NAME: ptuning_v2}
-OPTIONS: dict[str, type[Options]] = {ntk.NAME: ntk.NTKOptions, ptuning_v2.NAME: ptuning_v2.PTuningOptions,
+INTERFACE_METHODS: dict[str, Adapter] = {ntk.NAME: ntk, ptuning_v2.NAME: ptuning_v2}
+OPTIONS: dict[str, type[Options]] = {**{name: m.OPTIONS for name, m in INTERFACE_METHODS.items()},
                                      lora.NAME: lora.LoraOptions, "fft": Options}
 METHODS = tuple(OPTIONS)
 
@@ -32,7 +32,7 @@ class Injected:
     total: int
 
 
-def _inject_attention(model: nn.Module, method, opts: Options) -> None:
+def _inject_attention(model: nn.Module, method: Adapter, opts: Options) -> None:
     shape = head_shape(model.config)
     gen = torch.Generator().manual_seed(opts.seed)
     modules = attention_modules(model)
@@ -40,7 +40,7 @@ def _inject_attention(model: nn.Module, method, opts: Options) -> None:
         raise ValueError(f"{type(model).__name__} has no attention modules with key/value projections to adapt")
     for module in modules:
         method.add_parameters(module, shape, opts, gen)
-    register(method.NAME, method.forward)
+    register(method)
     model.set_attn_implementation(method.NAME)
 
 

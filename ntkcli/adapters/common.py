@@ -5,7 +5,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 from functools import partial
-from typing import Callable
+from typing import Callable, Protocol
 
 import torch
 from pydantic import BaseModel, ConfigDict
@@ -113,25 +113,41 @@ def count_parameters(model: nn.Module) -> tuple[int, int]:
     return trainable, sum(p.numel() for p in model.parameters())
 
 
-def interface_call(method_forward: Callable) -> Callable:
-    """Wrap `method_forward(module, q, k, v, keep_mask, scale, is_causal, dropout)` (q/k/v [B, H, L, d],
-    k/v already repeated to H heads) as a transformers attention-interface function."""
+class Adapter(Protocol):
+    """An attention-level method (ntk.py, ptuning_v2.py): what it is called, what a saved adapter holds, how it
+    adds trainable tensors to one attention module, and the attention it computes with them."""
+
+    NAME: str
+    STATE: tuple[str, ...]  # the module attributes a saved adapter holds besides the trainable parameters
+    OPTIONS: type[Options]
+
+    def add_parameters(self, module: nn.Module, shape: HeadShape, opts: Options, gen: torch.Generator) -> None:
+        """Attach the method's tensors to one attention module."""
+
+    def forward(self, module: nn.Module, q: Tensor, k: Tensor, v: Tensor, *, mask: Tensor | None, scale: float,
+                is_causal: bool) -> Tensor:
+        """Attention [B, H, L, d] of q over (k, v), k/v already repeated to every query head; `mask` is a boolean
+        keep-mask or an additive one. Attention-probability dropout is not applied."""
+
+
+def interface_call(adapter: Adapter) -> Callable:
+    """The adapter's forward as a transformers attention-interface function."""
 
     def forward(module, query, key, value, attention_mask, scaling=None, dropout=0.0, **kwargs):
         groups = query.shape[1] // key.shape[1]
         scale = scaling if scaling is not None else 1.0 / math.sqrt(query.shape[-1])
         is_causal = attention_mask is None and bool(getattr(module, "is_causal", False)) and query.shape[2] > 1
-        out = method_forward(module, query, repeat_kv(key, groups), repeat_kv(value, groups), attention_mask,
-                             scale, is_causal, dropout)
+        out = adapter.forward(module, query, repeat_kv(key, groups), repeat_kv(value, groups), mask=attention_mask,
+                              scale=scale, is_causal=is_causal)
         return out.transpose(1, 2).contiguous(), None
 
     return forward
 
 
-def register(name: str, method_forward: Callable) -> None:
+def register(adapter: Adapter) -> None:
     """Register an attention implementation and its mask (always materialised: True = attend)."""
     from transformers import AttentionInterface
     from transformers.masking_utils import AttentionMaskInterface, sdpa_mask
 
-    AttentionInterface.register(name, interface_call(method_forward))
-    AttentionMaskInterface.register(name, partial(sdpa_mask, allow_is_causal_skip=False))
+    AttentionInterface.register(adapter.NAME, interface_call(adapter))
+    AttentionMaskInterface.register(adapter.NAME, partial(sdpa_mask, allow_is_causal_skip=False))

@@ -18,7 +18,7 @@ from ..attention import FEATURE_MAPS, compress_prefix, feature_map, ntk_attentio
 from .common import HeadShape, Options, module_device, random_prefix, repeat_kv
 
 NAME = "ntk"
-STATE = ("ntk_Z", "ntk_k", "ntk_log_scale")
+STATE = ("ntk_Z", "ntk_k", "ntk_log_scale")  # what a saved adapter holds besides the trained tensors
 
 
 class NTKOptions(Options):
@@ -29,6 +29,9 @@ class NTKOptions(Options):
     num_features: int = Field(256, ge=1, description="random features of the favor map")
     prefix_length: int = Field(100, ge=1, description="m of the random prefix that init 'prefix' compresses")
     seed: int = Field(0, ge=0, description="seed of the random init and of the favor features")
+
+
+OPTIONS = NTKOptions
 
 
 def add_parameters(module: nn.Module, shape: HeadShape, opts: NTKOptions, gen: torch.Generator) -> None:
@@ -52,8 +55,8 @@ def add_parameters(module: nn.Module, shape: HeadShape, opts: NTKOptions, gen: t
     module.ntk_feature_map = fmap
 
 
-def forward(module: nn.Module, q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None, scale: float,
-            is_causal: bool, dropout: float) -> Tensor:
+def forward(module: nn.Module, q: Tensor, k: Tensor, v: Tensor, *, mask: Tensor | None, scale: float,
+            is_causal: bool) -> Tensor:
     """Algorithm 1 with this module's (Z, k), each key/value head's pair shared by its query heads."""
     groups = q.shape[1] // module.ntk_Z.shape[0]
     return ntk_attention(q, k, v, repeat_kv(module.ntk_Z, groups, 0), repeat_kv(module.ntk_k, groups, 0),

@@ -23,6 +23,9 @@ class PTuningOptions(Options):
     seed: int = Field(0, ge=0, description="seed of the random init")
 
 
+OPTIONS = PTuningOptions
+
+
 def add_parameters(module: nn.Module, shape: HeadShape, opts: PTuningOptions, gen: torch.Generator) -> None:
     """Attach prefix_key and prefix_value [kv_heads, m, head_dim] to one attention module."""
     device = module_device(module)
@@ -45,8 +48,8 @@ def _with_prefix(mask: Tensor | None, m: int, L: int, S: int, is_causal: bool, d
     return torch.cat([visible(*mask.shape[:-1], m, dtype=mask.dtype, device=device), mask], dim=-1)
 
 
-def forward(module: nn.Module, q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None, scale: float,
-            is_causal: bool, dropout: float) -> Tensor:
+def forward(module: nn.Module, q: Tensor, k: Tensor, v: Tensor, *, mask: Tensor | None, scale: float,
+            is_causal: bool) -> Tensor:
     """Exact attention over [prefix; input]."""
     B, H, L, _ = q.shape
     groups = H // module.prefix_key.shape[0]
@@ -54,4 +57,4 @@ def forward(module: nn.Module, q: Tensor, k: Tensor, v: Tensor, mask: Tensor | N
               for p in (module.prefix_key, module.prefix_value))
     keys, values = torch.cat([pk, k], dim=2), torch.cat([pv, v], dim=2)
     mask = _with_prefix(mask, pk.shape[2], L, k.shape[2], is_causal, q.device)
-    return F.scaled_dot_product_attention(q, keys, values, attn_mask=mask, dropout_p=dropout, scale=scale)
+    return F.scaled_dot_product_attention(q, keys, values, attn_mask=mask, scale=scale)

@@ -14,26 +14,97 @@ from __future__ import annotations
 import math
 import time
 from dataclasses import dataclass
-from typing import Iterator
+from typing import Iterator, Literal
 
+import numpy as np
 import pandas as pd
 import torch
+from pydantic import Field, model_validator
 from torch import Tensor
 
 from ..attention import (attention_lse, compress_prefix, feature_map, fit_prefix_adam, fit_prefix_lstsq,
                          infinite_prefix_limit, merge, ntk_combine, prefix_stats)
+from ..claims import NOT_RUN, Claim, Section, fmt, verdict
 from ..figures import approx_error as figures
-from ..recipes import ApproxErrorRecipe
-from ..runs import Run, nested_randn, resolve_device, resume, seed_for
+from ..recipes import Count, Positive, Recipe
+from ..runs import Results, Run, nested_randn, resolve_device, seed_for
 
+COMMAND, TITLE = "approx-error", "Approximation of an infinite prefix (paper 1, §4.4, Figure 1)"
+METHODS = ("compress-taylor2", "compress-favor", "compress-elu", "fit-lstsq", "fit-adam", "infinite-limit")
 KEYS = ["weight_std", "repeat", "m", "method"]
-FILES = ("results.csv", "summary.csv", "timings.csv", "approx_error.png")
+FILES = ("results.csv", "summary.csv", "timings.csv", "approx_error.png", "claims.csv")
+SCALE = ("max_log2m", "repeats", "n_test", "d")  # the fields that set a run's scale, shown beside its claims
+# Figure 1's claim and the rule our measurement is judged by
+CLAIM = "NTK-Attention's error grows only ~100× while m grows ~131,000× (2^1 → 2^17)"
+PAPER = "~100× (Figure 1)"
+GROWTH = (10, 1000)  # Eq. (6) growth of compress-taylor2 over the m range that counts as "~100×"
+MIN_SPAN = 2 ** 16  # the m range a run must cover for a verdict
+MAX_RELATIVE = 1.0  # … while the plain relative error stays below this
+HELP = ("Figure 1 (§4.4): error of NTK-Attention against exact attention with an m-long prefix.\n\n"
+        "For m = 2, 4, …, 2^max_log2m and m = ∞, and for each method (compress-taylor2, compress-favor, compress-elu, "
+        "fit-lstsq, fit-adam, infinite-limit), writes results.csv (one row per regime, repeat, m, method), summary.csv "
+        "(mean ± std), approx_error.png, claims.csv and run.json to outputs/approx-error/<recipe>/. Re-running resumes "
+        "and skips finished points.")
+NEEDS_RECIPE, DEVICES = False, ("cpu", "cuda")
+FLAGS = {"max_log2m": ("--max-log2m", int, "Largest prefix length is 2^max_log2m (1–30)."),
+         "repeats": ("--repeats", int, "Independent draws of W and P per regime."),
+         "protocol": ("--protocol", str, "text (paper §4.4) or released (authors' script; m ≤ 2^12).")}
 RESUMABLE = ("max_log2m", "repeats", "methods", "include_infinity", "weight_std", "chunk")
 INF = math.inf
 BLOCK = 4096  # prefix rows per seeded block, so P's first m rows do not depend on max_log2m
 FEATURES = {"compress-taylor2": "taylor2", "compress-favor": "favor", "compress-elu": "elu",
             "fit-lstsq": "elu", "fit-adam": "elu"}
 AT_INFINITY = {"compress-taylor2", "fit-lstsq", "fit-adam"}  # methods whose m → ∞ limit we can compute
+
+
+
+class ApproxErrorRecipe(Recipe):
+    """§4.4 / Figure 1: NTK-Attention vs exact attention with an m-long prefix."""
+
+    d: int = Field(64, ge=1, le=1024, description="head dimension")
+    seq_len: int = Field(128, ge=1, le=65536, description="input length L")
+    max_log2m: int = Field(18, ge=1, le=30, description="prefix lengths m = 2^1 … 2^max_log2m")
+    include_infinity: bool = Field(True, description="also evaluate m = ∞ (closed-form Gaussian limit)")
+    n_train: Count = Field(32, description="training inputs for the fitted methods (paper: 40000)")
+    n_test: Count = Field(8, description="test inputs the errors are measured on (paper: 8000)")
+    repeats: int = Field(3, ge=1, le=10_000, description="independent draws of W and P (paper: 50)")
+    weight_std: list[Positive] = Field([1.0, 0.125], min_length=1, description="entry std of W_Q, W_K, W_V; one regime each")
+    prefix_std: float = Field(1.0, gt=0, description="entry std σ of the prefix P")
+    score_scale: float | None = Field(None, gt=0, description="s in exp(s·q·k); null means 1/√d (paper text: 1)")
+    protocol: Literal["text", "released"] = Field("text", description="text: prefix only in the exact side; released: in both")
+    methods: list[Literal[METHODS]] = Field(list(METHODS), min_length=1)  # type: ignore[valid-type]
+    favor_features: int = Field(256, ge=1, le=65536, description="random features of compress-favor")
+    ridge: float = Field(1e-6, ge=0, description="relative ridge of fit-lstsq")
+    adam_steps: Count = 300
+    adam_lr: float = Field(1e-2, gt=0)
+    adam_batch: Count = 1024
+    chunk: int = Field(4096, ge=1, le=2**22, description="prefix rows per streamed chunk")
+    dtype: Literal["float32", "float64"] = "float32"
+
+    @model_validator(mode="after")
+    def _released_is_quadratic(self) -> "ApproxErrorRecipe":
+        if self.protocol == "released" and self.max_log2m > 12:
+            raise ValueError("protocol 'released' costs (m+L)^2 per input, so max_log2m must be at most 12")
+        return self
+
+    @property
+    def scale(self) -> float:
+        return self.score_scale if self.score_scale is not None else self.d ** -0.5
+
+    def peak_bytes(self) -> int:
+        """The prefix (a float64 draw, its keys and values), q/k/v and the attention statistics of every query,
+        one chunk of prefix scores for every query, and the test (train) queries' features of the compressing
+        (fitted) methods."""
+        rows, width = (self.n_train + self.n_test) * self.seq_len, 8 if self.dtype == "float64" else 4
+        dphi = max([{"compress-taylor2": 1 + self.d + self.d * (self.d + 1) // 2,
+                     "compress-favor": self.favor_features}.get(m, self.d) for m in self.methods])
+        fits = any(m.startswith("fit-") for m in self.methods)
+        return (16 * 2 ** self.max_log2m * self.d + width * (2 * 2 ** self.max_log2m * self.d + 8 * rows * self.d
+                + 2 * rows * self.chunk + 2 * self.n_test * self.seq_len * dphi
+                + (2 * self.n_train * self.seq_len * self.d if fits else 0)))
+
+
+RECIPE = ApproxErrorRecipe
 
 
 @dataclass
@@ -153,61 +224,83 @@ def _applies(method: str, m: float) -> bool:
     return m != INF or method in AT_INFINITY
 
 
-def run(cfg: ApproxErrorRecipe, run: Run) -> dict[str, pd.DataFrame]:
-    """Measure every (regime, repeat, m, method) point not yet in results.csv; write CSVs, figure, run.json."""
+def lengths(cfg: ApproxErrorRecipe) -> list[float]:
+    """The prefix lengths measured: m = 2^1 … 2^max_log2m, and ∞ (text protocol)."""
+    marks = [float(2 ** j) for j in range(1, cfg.max_log2m + 1)]
+    return marks + ([INF] if cfg.include_infinity and cfg.protocol == "text" else [])
+
+
+def points(cfg: ApproxErrorRecipe) -> list[tuple[float, int, float, str]]:
+    """Every (regime, repeat, m, method) point of the recipe, in the order they are measured."""
+    return [(w, rep, m, meth) for w in cfg.weight_std for rep in range(cfg.repeats) for m in lengths(cfg)
+            for meth in cfg.methods if _applies(meth, m)]
+
+
+def plan(cfg: ApproxErrorRecipe) -> list[tuple[str, str]]:
+    """What a run measures (the same `points` that `run` walks through)."""
+    ms = lengths(cfg)
+    return [("regimes (weight_std)", str(len(cfg.weight_std))), ("repeats", str(cfg.repeats)),
+            ("prefix lengths m", f"{len(ms)} (2^1 … 2^{cfg.max_log2m}{', ∞' if ms[-1] == INF else ''})"),
+            ("methods", str(len(cfg.methods))), ("points (regime, repeat, m, method)", str(len(points(cfg)))),
+            ("queries streamed per repeat", str((cfg.n_train + cfg.n_test) * cfg.seq_len))]
+
+
+def _measure(cfg: ApproxErrorRecipe, w_std: float, rep: int, todo: set[tuple[float, str]], advance) -> tuple[list, list]:
+    """One repeat of one regime: its (m, method) points in `todo` as result rows, and seconds per m."""
     device, dtype = resolve_device(cfg.device), getattr(torch, cfg.dtype)
-    marks = [2 ** j for j in range(1, cfg.max_log2m + 1)]
-    infinity = cfg.include_infinity and cfg.protocol == "text"
-    lengths = marks + ([INF] if infinity else [])
-    previous = run.load_csv("results.csv")
-    done = resume(previous, KEYS)
-    rows = [] if previous is None else previous.to_dict("records")
-    units = [(w, rep) for w in cfg.weight_std for rep in range(cfg.repeats)]
-    skipped, timings = 0, []
-    with run.task("approx-error", len(units) * len(lengths)) as advance:
-        for w_std, rep in units:
-            todo = {(m, meth) for m in lengths for meth in cfg.methods
-                    if _applies(meth, m) and (w_std, rep, m, meth) not in done}
-            skipped += sum(_applies(meth, m) for m in lengths for meth in cfg.methods) - len(todo)
-            if not todo:
-                advance(len(lengths))
-                continue
-            seen = 0
-            seed = seed_for(cfg.seed, float(w_std), rep)  # keyed by the regime's value, not its place in the list
-            need = [m for m in marks if m <= max((m for m, _ in todo if m != INF), default=0)]
-            dr = _draw(cfg, w_std, seed, max(need, default=1), device, dtype)
-            compressed = {meth: _compressed(cfg, dr, meth, need, seed) for meth in cfg.methods
-                          if meth.startswith("compress-") and any(meth == t for _, t in todo)}
-            parts = (_text_protocol(cfg, dr, need, infinity and any(m == INF for m, _ in todo))
-                     if cfg.protocol == "text" else _released_protocol(cfg, dr, need))
-            clock = time.perf_counter()
-            for seen, ex in enumerate(parts, start=1):
-                exact = merge(ex.mean_x, ex.lse_x, ex.mean_p, ex.lse_p)[0][: cfg.n_test]
-                for meth in cfg.methods:
-                    if (ex.m, meth) not in todo:
-                        continue
-                    T = _ntk_output(meth, cfg, dr, ex, compressed, seed)
-                    eq6, rel = errors(T, exact, ex.qk_max[: cfg.n_test])
-                    rows.append({"weight_std": w_std, "repeat": rep, "m": float(ex.m),
-                                 "log2m": math.log2(ex.m), "method": meth, "eq6_error": eq6,
-                                 "relative_error": rel})
-                timings.append({"weight_std": w_std, "repeat": rep, "m": float(ex.m),
-                                "seconds": round(time.perf_counter() - clock, 4)})
-                clock = time.perf_counter()
-                advance(1)
-            advance(len(lengths) - seen)
-            run.save_csv("results.csv", pd.DataFrame(rows))
-    results = pd.DataFrame(rows).sort_values(KEYS, kind="stable").reset_index(drop=True)
-    results = results[results.method.isin(cfg.methods) & results.weight_std.isin(cfg.weight_std)
-                      & (results.repeat < cfg.repeats) & results.m.isin(lengths)]
-    run.save_csv("results.csv", results)
-    summary = summarize(results)
-    run.save_csv("summary.csv", summary)
+    seed = seed_for(cfg.seed, float(w_std), rep)  # keyed by the regime's value, not its place in the list
+    finite = [m for m, _ in todo if m != INF]
+    need = [int(m) for m in lengths(cfg) if m != INF and m <= max(finite, default=0)]
+    dr = _draw(cfg, w_std, seed, max(need, default=1), device, dtype)
+    compressed = {meth: _compressed(cfg, dr, meth, need, seed) for meth in cfg.methods
+                  if meth.startswith("compress-") and any(meth == t for _, t in todo)}
+    parts = (_text_protocol(cfg, dr, need, any(m == INF for m, _ in todo))
+             if cfg.protocol == "text" else _released_protocol(cfg, dr, need))
+    rows, timings, clock = [], [], time.perf_counter()
+    for ex in parts:
+        exact = merge(ex.mean_x, ex.lse_x, ex.mean_p, ex.lse_p)[0][: cfg.n_test]
+        for meth in [meth for meth in cfg.methods if (ex.m, meth) in todo]:
+            eq6, rel = errors(_ntk_output(meth, cfg, dr, ex, compressed, seed), exact, ex.qk_max[: cfg.n_test])
+            rows.append({"weight_std": w_std, "repeat": rep, "m": float(ex.m), "log2m": math.log2(ex.m),
+                         "method": meth, "eq6_error": eq6, "relative_error": rel})
+        timings.append({"weight_std": w_std, "repeat": rep, "m": float(ex.m),
+                        "seconds": round(time.perf_counter() - clock, 4)})
+        clock = time.perf_counter()
+        advance(1)
+    return rows, timings
+
+
+def prepare(cfg: ApproxErrorRecipe) -> None:
+    """Nothing to load: the recipe holds every input."""
+
+
+def run(cfg: ApproxErrorRecipe, folder: Run, prepared: None = None) -> dict[str, pd.DataFrame]:
+    """Measure every point not yet in results.csv, one repeat at a time; write CSVs, figure, run.json."""
+    results, wanted = Results(folder, KEYS), points(cfg)
+    todo = results.todo(wanted)
+    units: dict[tuple[float, int], set] = {}
+    for w, rep, m, meth in todo:
+        units.setdefault((w, rep), set()).add((m, meth))
+    timings = []
+    with folder.task("approx-error", sum(len({m for m, _ in u}) for u in units.values())) as advance:
+        for (w, rep), unit in units.items():
+            rows, seconds = _measure(cfg, w, rep, unit, advance)
+            results.add(rows)
+            timings += seconds
+    table = results.table(wanted).sort_values(KEYS, kind="stable").reset_index(drop=True)
+    folder.save_csv("results.csv", table)
+    summary = summarize(table)
+    folder.save_csv("summary.csv", summary)
     if timings:  # wall seconds per m (its stretch of the prefix stream plus every method), for `ntk bench`
-        run.save_csv("timings.csv", pd.DataFrame(timings))
-    run.save_figure("approx_error.png", figures.figure(summary, cfg))
-    run.finish(points=len(results), skipped_points=skipped, protocol=cfg.protocol, score_scale=cfg.scale)
+        folder.save_csv("timings.csv", pd.DataFrame(timings))
+    folder.save_figure("approx_error.png", figures.figure(summary, cfg))
+    folder.finish(points=len(table), skipped_points=len(wanted) - len(todo), protocol=cfg.protocol,
+                  score_scale=cfg.scale)
     return {"summary": summary, "headline": headline(summary)}
+
+
+def tables(cfg: ApproxErrorRecipe, result: dict[str, pd.DataFrame]) -> list[tuple[str, pd.DataFrame]]:
+    return [(f"approx-error: Eq. (6) error, mean over {cfg.repeats} repeats (s = {cfg.scale:.4g})", result["headline"])]
 
 
 def summarize(results: pd.DataFrame) -> pd.DataFrame:
@@ -234,3 +327,35 @@ def headline(summary: pd.DataFrame) -> pd.DataFrame:
             f"rel m=2^{int(fin.log2m.iloc[-1])}": fin.relative_error_mean.iloc[-1],
         })
     return pd.DataFrame(rows)
+
+
+def _claims(run: Run, summary: pd.DataFrame) -> list[Claim]:
+    """Figure 1's trend for compress-taylor2, one claim per regime of one run."""
+    found = []
+    fin = summary[np.isfinite(summary.m) & (summary.method == "compress-taylor2")]
+    for w, grp in fin.groupby("weight_std"):
+        grp = grp.sort_values("m")
+        span, growth = grp.m.iloc[-1] / grp.m.iloc[0], grp.eq6_error_mean.iloc[-1] / grp.eq6_error_mean.iloc[0]
+        rel = grp.relative_error_mean.iloc[-1]
+        ok = GROWTH[0] <= growth <= GROWTH[1] and rel < MAX_RELATIVE
+        found.append(Claim(f"{CLAIM} — W entries std {w:g}", PAPER,
+                           f"compress-taylor2: Eq. (6) {fmt(grp.eq6_error_mean.iloc[0])} → "
+                           f"{fmt(grp.eq6_error_mean.iloc[-1])}, {growth:.0f}× over m × {span:,.0f}; "
+                           f"relative error {fmt(rel)} at m = {grp.m.iloc[-1]:,.0f}", run.source,
+                           NOT_RUN if span < MIN_SPAN else verdict(ok)))
+    return found
+
+
+def report(runs: list[Run]) -> Section:
+    """The report section: Figure 1's claim per regime of every finished run, and the figures."""
+    section = Section(COMMAND, TITLE)
+    for run in runs:
+        summary = run.csv("summary.csv", ("m", "weight_std", "eq6_error_mean", "relative_error_mean"))
+        if summary is None or "method" not in summary:
+            section.skip(run, "has no readable summary.csv")
+            continue
+        with section.reading(run):
+            section.claims += _claims(run, summary)
+        section.figure(run, "approx_error.png")
+    section.claims = section.claims or [Claim(CLAIM, PAPER)]
+    return section

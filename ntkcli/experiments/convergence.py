@@ -14,22 +14,79 @@ from __future__ import annotations
 
 import math
 from enum import IntEnum
+from typing import Literal
 
 import numpy as np
 import pandas as pd
 import torch
+from pydantic import Field
 
+from .. import fitting
 from ..attention import compress_prefix, feature_map
+from ..claims import Claim, Section, fmt, verdict
 from ..figures import convergence as figures
-from ..recipes import ConvergenceRecipe
-from ..runs import Run, resume, seed_for
+from ..recipes import Depth, Log2m, Recipe, TransformerSpec, Width
+from ..runs import Results, Run, seed_for
 from ..theory import one_token, transformer
 from ..theory.ntk import empirical_ntk
 
+COMMAND, TITLE = "convergence", "NTK convergence (paper 1 Thm 3.10; paper 2 Thm 5.5)"
 KEYS = ["part", "depth", "m", "seed"]
 RESUMABLE = ("parts", "seeds", "log2m", "t_depths", "t_widths")
-FILES = ("results.csv", "curves.csv", "summary.csv", "convergence.png")
+FILES = ("results.csv", "curves.csv", "summary.csv", "convergence.png", "claims.csv")
+SCALE = ("log2m", "t_depths", "t_widths", "seeds")  # the fields that set a run's scale, shown beside its claims
+DEVICES = ("cpu",)  # float64 theory checks
+# the two papers' claims and the rules our measurements are judged by
+THM_310 = Claim("Thm 3.10: prefix learning converges linearly to any accuracy for large m, its NTK barely moving",
+                "loss → 0 at rate ~2ηλ_min; kernel drift → 0 as m grows")
+THM_55 = Claim("Thm 5.5: SGD on the N-layer transformer converges exponentially, L(T) ≤ exp(−α ε² T)·L(0)",
+               "an exponential (with floor) describes every loss curve better than a power law")
+LOSS_DROP = 1e-3  # Thm 3.10: final/initial loss below this at the largest m …
+RATE_RATIO = (0.5, 2.0)  # … with the fitted rate within this factor of the kernel's 2ηλ_min
+HELP = ("NTK convergence of both papers: prefix learning (Thm 3.10) and the N-layer transformer (Thm 5.5).\n\n"
+        "Trains paper 1's one-token prefix model by gradient descent for m = 2^4 … 2^14, the NTK-Attention stand-in "
+        "(Z, k) beside it, and paper 2's transformer by SGD over depths and widths; closed-form kernels are checked "
+        "against autodiff. Writes results.csv, curves.csv, summary.csv (log-log fits), convergence.png, claims.csv and "
+        "run.json to outputs/convergence/<recipe>/; re-running resumes. Runs in float64 on the CPU.")
+NEEDS_RECIPE = False
+FLAGS = {"parts": ("--parts", list, "Comma-separated: prefix, transformer, stand-in.")}
 F64 = torch.float64
+
+
+class ConvergenceRecipe(Recipe):
+    """Thm 3.10 (paper 1) and Lemma 4.1 / Thm 5.5 / Lemma 5.3 (paper 2), checked in numbers."""
+
+    parts: list[Literal["prefix", "transformer", "stand-in"]] = Field(["prefix", "transformer", "stand-in"], min_length=1)
+    seeds: int = Field(1, ge=1, le=1000, description="independent initialisations per point")
+    # prefix part: paper 1's one-token model, full-batch gradient descent
+    n: int = Field(8, ge=1, le=4096, description="training points x_i with ‖x_i‖ = 1")
+    d: int = Field(4, ge=1, le=256, description="dimension of x, of w_r and of the output")
+    log2m: list[Log2m] = Field([4, 6, 8, 10, 12, 14], min_length=1, description="prefix lengths m = 2^j")
+    signs: bool = Field(True, description="random ±1 signs a_r (Def C.2); false: a_r = 1 (Def 3.4)")
+    steps: int = Field(8000, ge=2, le=10_000_000, description="gradient-descent steps of the prefix and stand-in parts")
+    lr: float = Field(1.0, gt=0, description="step η = lr / λ_max(J Jᵀ at init), below the stability limit 2")
+    checkpoints: int = Field(8, ge=2, le=10_000, description="times at which the kernel drift is measured")
+    stand_in_features: Literal["taylor2", "favor"] = Field("taylor2", description="φ of the NTK-Attention stand-in")
+    # transformer part: paper 2's model, SGD
+    t_depths: list[Depth] = Field([1, 2, 4, 8], min_length=1, description="depths N")
+    t_widths: list[Width] = Field([32, 128, 512, 2048], min_length=1, description="MLP widths m")
+    t_n: int = Field(16, ge=1, le=4096, description="training sequences")
+    t_steps: int = Field(400, ge=2, le=10_000_000, description="SGD steps")
+    t_lr: float = Field(0.05, gt=0, description="SGD step size, the same for every depth and width (stable up to N = 8)")
+    t_batch_fraction: float = Field(0.5, gt=0, le=1, description="α: batch size = α·n")
+    transformer: TransformerSpec = Field(TransformerSpec(), description="paper 2's model (d, L, ε, ω, κ, causal)")
+
+    def peak_bytes(self) -> int:
+        """Prefix part: the Jacobian (n·d × d·m) and the m-long prefix; transformer part: its layer kernels
+        ((t_n·L·d)² per layer) and the Jacobian over every parameter."""
+        m = 2 ** max(self.log2m) if "prefix" in self.parts or "stand-in" in self.parts else 0
+        outputs = self.t_n * self.transformer.seq_len * self.transformer.d
+        params = max(self.t_depths) * (max(self.t_widths) * self.transformer.d + self.transformer.d ** 2)
+        transformer = 8 * 4 * (outputs * params + max(self.t_depths) * outputs ** 2)
+        return 8 * 4 * self.n * self.d * self.d * m + (transformer if "transformer" in self.parts else 0)
+
+
+RECIPE = ConvergenceRecipe
 
 
 class Stream(IntEnum):
@@ -139,13 +196,12 @@ def _lemma41(params, frozen, X, Y, shape, kernels) -> tuple[float, float]:
 
 
 def run_transformer(cfg: ConvergenceRecipe, depth: int, m: int, seed: int) -> tuple[dict, np.ndarray, dict]:
-    shape = transformer.Shape(d=cfg.t_d, m=m, depth=depth, seq_len=cfg.t_seq_len, epsilon=cfg.t_epsilon,
-                              omega=cfg.t_omega, kappa=cfg.t_kappa, causal=cfg.t_causal)
+    shape, model = cfg.transformer.shape(m, depth), cfg.transformer
     params, frozen = transformer.init(shape, seed_for(seed, depth, m))
     g = torch.Generator().manual_seed(seed_for(seed, Stream.TRANSFORMER_DATA))
-    X = torch.randn(cfg.t_n, cfg.t_seq_len, cfg.t_d, generator=g, dtype=F64)
+    X = torch.randn(cfg.t_n, model.seq_len, model.d, generator=g, dtype=F64)
     X = X / X.norm(dim=-1, keepdim=True)  # token rows of norm 1 (RMS-normalised, Θ(1))
-    Y = torch.randn(cfg.t_n, cfg.t_seq_len, cfg.t_d, generator=g, dtype=F64) / math.sqrt(cfg.t_d)
+    Y = torch.randn(cfg.t_n, model.seq_len, model.d, generator=g, dtype=F64) / math.sqrt(model.d)
     def fn(p, x):
         return transformer.forward(p, frozen, x, shape)
 
@@ -153,7 +209,7 @@ def run_transformer(cfg: ConvergenceRecipe, depth: int, m: int, seed: int) -> tu
     full = [transformer.layer_kernel_full(params, frozen, X, shape, nu) for nu in range(depth)]
     paper = [transformer.layer_kernel_paper(params, frozen, X, shape, nu) for nu in range(depth)]  # (H, H')
     lam_h = [torch.linalg.eigvalsh(h_prime)[0].item() / shape.omega for _, h_prime in paper]
-    paper_gap = [_rel(torch.kron(H, torch.eye(cfg.t_d, dtype=F64)), K) for K, (H, _) in zip(full, paper)]
+    paper_gap = [_rel(torch.kron(H, torch.eye(model.d, dtype=F64)), K) for K, (H, _) in zip(full, paper)]
     lemma_exact, lemma_paper = _lemma41(params, frozen, X, Y, shape, [(K, H) for K, (H, _) in zip(full, paper)])
     batch = max(1, round(cfg.t_batch_fraction * cfg.t_n))
     p = {k: v.clone().requires_grad_() for k, v in params.items()}
@@ -185,49 +241,68 @@ def _curve(part: str, depth: int, m: int, seed: int, losses: np.ndarray, drifts:
                          "kernel_drift": [drifts.get(t, np.nan) for t in steps]})
 
 
-def run(cfg: ConvergenceRecipe, run: Run) -> dict[str, pd.DataFrame]:
-    """Measure every (part, depth, m, seed) point not yet in results.csv; write CSVs, figures, run.json."""
-    ms = [2 ** j for j in cfg.log2m]
-    points = []
+def points(cfg: ConvergenceRecipe) -> list[tuple[str, int, int, int]]:
+    """Every (part, depth, m, seed) point of the recipe, in the order they are measured."""
+    ms, out = [2 ** j for j in cfg.log2m], []
     for seed in range(cfg.seeds):
         if "prefix" in cfg.parts:
-            points += [("prefix", 1, m, seed) for m in ms]
+            out += [("prefix", 1, m, seed) for m in ms]
         if "stand-in" in cfg.parts:
-            points.append(("stand-in", 1, max(ms), seed))
+            out.append(("stand-in", 1, max(ms), seed))
         if "transformer" in cfg.parts:
-            points += [("transformer", n, m, seed) for n in cfg.t_depths for m in cfg.t_widths]
-    previous, old_curves = run.load_csv("results.csv"), run.load_csv("curves.csv")
-    done = resume(previous, KEYS)
-    rows = [] if previous is None else previous.to_dict("records")
-    curves = [] if old_curves is None else [old_curves]
-    todo = [p for p in points if p not in done]
-    with run.task("convergence", len(todo)) as advance:
-        for part, depth, m, seed in todo:
-            base = seed_for(cfg.seed, seed)
-            if part == "prefix":
-                row, losses, drifts = run_prefix(cfg, m, base)
-            elif part == "stand-in":
-                row, losses, drifts = run_stand_in(cfg, m, base)
-            else:
-                row, losses, drifts = run_transformer(cfg, depth, m, base)
-            rows.append({"part": part, "depth": depth, "m": m, "seed": seed, **row})
-            curves.append(_curve(part, depth, m, seed, losses, drifts))
-            run.save_csv("curves.csv", pd.concat(curves, ignore_index=True))
-            run.save_csv("results.csv", pd.DataFrame(rows))
+            out += [("transformer", n, m, seed) for n in cfg.t_depths for m in cfg.t_widths]
+    return out
+
+
+def plan(cfg: ConvergenceRecipe) -> list[tuple[str, str]]:
+    """What a run trains (the same `points` that `run` walks through), per part."""
+    count = {part: sum(p[0] == part for p in points(cfg)) for part in ("prefix", "stand-in", "transformer")}
+    return [("prefix runs (m values × seeds)", str(count["prefix"])), ("stand-in runs", str(count["stand-in"])),
+            ("transformer runs (depths × widths × seeds)", str(count["transformer"]))]
+
+
+def _measure(cfg: ConvergenceRecipe, part: str, depth: int, m: int, seed: int) -> tuple[dict, pd.DataFrame]:
+    """One point: its results row and its loss curve."""
+    base = seed_for(cfg.seed, seed)
+    if part == "prefix":
+        row, losses, drifts = run_prefix(cfg, m, base)
+    elif part == "stand-in":
+        row, losses, drifts = run_stand_in(cfg, m, base)
+    else:
+        row, losses, drifts = run_transformer(cfg, depth, m, base)
+    return {"part": part, "depth": depth, "m": m, "seed": seed, **row}, _curve(part, depth, m, seed, losses, drifts)
+
+
+def prepare(cfg: ConvergenceRecipe) -> None:
+    """Nothing to load: the recipe holds every input."""
+
+
+def run(cfg: ConvergenceRecipe, folder: Run, prepared: None = None) -> dict[str, pd.DataFrame]:
+    """Measure every point not yet in results.csv; write CSVs, figures, run.json."""
+    wanted = points(cfg)  # what this recipe asks for: a shrunk grid, or the stand-in's old m, drops out
+    results = Results(folder, KEYS)
+    curves = Results(folder, KEYS, "curves.csv", done=results.done)
+    todo = results.todo(wanted)
+    with folder.task("convergence", len(todo)) as advance:
+        for point in todo:
+            row, curve = _measure(cfg, *point)
+            results.add([row])
+            curves.add(curve)
             advance(1)
-    wanted = set(points)  # what this recipe asks for: a shrunk grid, or the stand-in's old m, drops out
-    results = pd.DataFrame(rows)
-    results = results[[tuple(r) in wanted for r in results[KEYS].itertuples(index=False, name=None)]]
-    curves_df = pd.concat(curves, ignore_index=True)
-    curves_df = curves_df[[tuple(r) in wanted for r in curves_df[KEYS].itertuples(index=False, name=None)]]
-    run.save_csv("results.csv", results)
-    run.save_csv("curves.csv", curves_df)
-    fits = summarize(results)
-    run.save_csv("summary.csv", fits)
-    run.save_figure("convergence.png", figures.figure(results, curves_df, fits))
-    run.finish(points=len(results), skipped_points=len(points) - len(todo))
-    return {"prefix": _table(results, ["prefix", "stand-in"], ["m"], PREFIX_COLS),
-            "transformer": _table(results, ["transformer"], ["depth", "m"], TRANSFORMER_COLS), "fits": fits}
+    table, curves_df = results.table(wanted), curves.table(wanted)
+    folder.save_csv("results.csv", table)
+    folder.save_csv("curves.csv", curves_df)
+    fits = summarize(table)
+    folder.save_csv("summary.csv", fits)
+    folder.save_figure("convergence.png", figures.figure(table, curves_df, fits))
+    folder.finish(points=len(table), skipped_points=len(wanted) - len(todo))
+    return {"prefix": _table(table, ["prefix", "stand-in"], ["m"], PREFIX_COLS),
+            "transformer": _table(table, ["transformer"], ["depth", "m"], TRANSFORMER_COLS), "fits": fits}
+
+
+def tables(cfg: ConvergenceRecipe, result: dict[str, pd.DataFrame]) -> list[tuple[str, pd.DataFrame]]:
+    return [("paper 1: one-token prefix (rates per step; λ of H = JJᵀ/m)", result["prefix"]),
+            ("paper 2: N-layer transformer, SGD", result["transformer"]), ("log-log fits", result["fits"])]
 
 
 PREFIX_COLS = ["rate_fit", "rate_theory", "lambda_min_full", "lambda_min_def39", "def39_vs_full",
@@ -262,3 +337,54 @@ def summarize(results: pd.DataFrame) -> pd.DataFrame:
         if len(grp) > 1:
             rows.append({"part": "transformer", "fit": f"rate ~ N^slope (m={m})", "slope": _slope(grp.depth, grp.rate_fit)})
     return pd.DataFrame(rows, columns=["part", "fit", "slope"])
+
+
+def _thm310(run: Run, res: pd.DataFrame) -> Claim | None:
+    """Thm 3.10 from the prefix part of one run: the largest m's loss drop and rate, drift against m."""
+    pre = res[res.part == "prefix"].groupby("m").mean(numeric_only=True).reset_index()
+    if len(pre) < 2:
+        return None
+    top = pre.iloc[-1]
+    slope = _slope(pre.m, pre.kernel_drift)
+    ratio = top.rate_fit / top.rate_theory
+    ok = top.loss_final / top.loss_0 < LOSS_DROP and slope < 0 and RATE_RATIO[0] <= ratio <= RATE_RATIO[1]
+    return Claim(THM_310.claim, THM_310.paper, f"m = {top.m:,.0f}: loss {fmt(top.loss_0)} → {fmt(top.loss_final)}; "
+                 f"fitted rate {ratio:.2f}× the kernel's prediction; kernel drift ~ m^{slope:.2f}", run.source, verdict(ok))
+
+
+def _thm55(run: Run, curves: pd.DataFrame | None) -> Claim | None:
+    """Thm 5.5 by fitting.decay_test on each (depth, width) seed-mean training-loss curve: the one test
+    every "converges exponentially" claim gets (the scaling-law time law too)."""
+    if curves is None:
+        return None
+    tests = {}
+    for (depth, m), grp in curves[curves.part == "transformer"].groupby(["depth", "m"]):
+        g = grp.groupby("step").loss.mean()
+        tests[(depth, m)] = fitting.decay_test(g.index.to_numpy() + 1.0, g.to_numpy(), n=100)
+    if not tests:
+        return None
+    wins = [k for k, t in tests.items() if t.exponential_wins]
+    rates = [t.exponential.params["r"] for t in tests.values()]
+    late = [t.late_rate for t in tests.values()]
+    worst = min(tests.values(), key=lambda t: t.power.loss - t.exponential.loss)
+    measured = (f"{len(wins)} of {len(tests)} (depth, width) curves fit an exponential better than a power law; "
+                f"exponential rates {fmt(min(rates))}–{fmt(max(rates))} per step; late-phase rates "
+                f"{fmt(min(late))}–{fmt(max(late))}; least exponential curve: r = {worst.exponential.interval('r')}, "
+                f"Huber loss exp {worst.exponential.loss:.3g} vs power law {worst.power.loss:.3g}")
+    return Claim(THM_55.claim, THM_55.paper, measured, run.source, verdict(len(wins) == len(tests)))
+
+
+def report(runs: list[Run]) -> Section:
+    """The report section: Thm 3.10 and Thm 5.5 from the last finished run that measured each."""
+    section, thm310, thm55 = Section(COMMAND, TITLE), THM_310, THM_55
+    for run in runs:
+        res = run.csv("results.csv", ("m", "loss_0", "loss_final", "rate_fit"))
+        if res is None or "part" not in res:
+            section.skip(run, "has no readable results.csv")
+            continue
+        with section.reading(run):
+            thm310 = _thm310(run, res) or thm310
+            thm55 = _thm55(run, run.csv("curves.csv", ("step", "loss", "m", "depth"))) or thm55
+        section.figure(run, "convergence.png")
+    section.claims = [thm310, thm55]
+    return section

@@ -17,22 +17,89 @@ from __future__ import annotations
 
 import math
 from enum import IntEnum
+from typing import Literal
 
 import numpy as np
 import pandas as pd
 import torch
+from pydantic import Field, model_validator
 from torch.func import vmap
 
 from .. import fitting
+from ..claims import Claim, Section, verdict
 from ..figures import scaling_law as figures
-from ..recipes import ScalingLawRecipe
-from ..runs import Run, is_main_process, nested_randn, process_rank, resume, seed_for
+from ..recipes import Count, Depth, Recipe, TransformerSpec, Width
+from ..runs import Results, Run, is_main_process, nested_randn, process_rank, seed_for
 from ..theory import transformer
-from ..theory.transformer import Shape
 
+COMMAND, TITLE = "scaling-law", "Scaling laws of the transformer (paper 2, Theorems 7.1–7.2)"
 KEYS = ["n", "width", "depth", "seed"]
 RESUMABLE = ("sweeps", "seeds", "n_values", "widths", "depths", "bootstrap")
-FILES = ("results.csv", "results.rank*.csv", "frontier.csv", "fits.csv", "summary.csv", "scaling_law.png")
+FILES = ("results.csv", "results.rank*.csv", "frontier.csv", "fits.csv", "summary.csv", "scaling_law.png", "claims.csv")
+SCALE = ("n_values", "widths", "steps", "seeds")  # the fields that set a run's scale, shown beside its claims
+DEVICES = ("cpu",)  # small students, vectorised on the CPU
+HELP = ("Paper 2, Theorems 7.1–7.2: scaling laws of a transformer trained by SGD on teacher–student data.\n\n"
+        "Trains paper 2's model for every (data size N, width m, depth) the sweeps need, several seeds, vectorised over "
+        "N and seeds; fits the time, data and model laws (power laws with offset, Huber loss in log space, bootstrap "
+        "95% intervals) and the two-stage compute frontier with its breakpoint C*(N). Writes results.csv, "
+        "frontier.csv, fits.csv, summary.csv (verdicts), scaling_law.png, claims.csv and run.json to "
+        "outputs/scaling-law/<recipe>/; re-running resumes point by point. Under torchrun the sweep points are "
+        "sharded across processes.")
+NEEDS_RECIPE = False
+FLAGS = {"sweeps": ("--sweeps", list, "Comma-separated: time, data, model, compute."),
+         "seeds": ("--seeds", int, "Students per sweep point.")}
+
+
+class ScalingLawRecipe(Recipe):
+    """Paper 2, Theorems 7.1–7.2: teacher–student sweeps of training time T, data size N and model size M."""
+
+    sweeps: list[Literal["time", "data", "model", "compute"]] = Field(["time", "data", "model", "compute"], min_length=1)
+    seeds: int = Field(3, ge=1, le=1000, description="independent students (init, data, noise) per sweep point")
+    transformer: TransformerSpec = Field(TransformerSpec(), description="paper 2's model (Eq. 1): students and the "
+                                         "transformer teacher share d, L and the coefficients")
+    # the data
+    teacher: Literal["transformer", "mlp"] = Field("transformer", description="F*: paper 2's model (wider), or a "
+                                                   "token-wise tanh MLP on the same residual stream")
+    teacher_width: Width = Field(512, description="m of the teacher")
+    teacher_depth: Depth = Field(1, description="N of the teacher (transformer)")
+    noise: float = Field(0.1, ge=0, description="ξ: std of the label noise Y = F*(X) + ξ·G")
+    n_test: Count = Field(512, description="fresh noiseless test sequences for the excess risk")
+    # the sweep grid
+    n_values: list[Count] = Field([8, 16, 32, 64, 128, 256], min_length=3, description="data sizes N")
+    widths: list[Width] = Field([8, 16, 32, 64, 128, 256], min_length=3, description="student widths m")
+    depths: list[Depth] = Field([1, 2], min_length=1, description="student depths (model law)")
+    base_n: int = Field(64, ge=1, description="N held fixed in the time and model laws")
+    base_width: int = Field(64, ge=1, description="m held fixed in the time and data laws")
+    base_depth: int = Field(1, ge=1, description="depth of the time, data and compute sweeps")
+    # training
+    steps: int = Field(2000, ge=2, le=10_000_000, description="SGD steps T of every student")
+    checkpoints: int = Field(24, ge=3, le=10_000, description="log-spaced steps at which the excess risk is measured")
+    lr: float = Field(0.5, gt=0, description="SGD step on ½·mean‖F(X) − Y‖²")
+    batch_fraction: float = Field(0.25, gt=0, le=1, description="α: |B| = max(1, round(α·N))")
+    bootstrap: int = Field(200, ge=10, le=100_000, description="bootstrap resamples per fit")
+    dtype: Literal["float32", "float64"] = "float32"
+
+    def peak_bytes(self) -> int:
+        """The largest group of students trained at once (every N of a width, or every depth at base_n): their
+        parameters and gradients, and the MLP activations of their whole training set and of the test set."""
+        width, w, d = (8 if self.dtype == "float64" else 4), max(self.widths), self.transformer.d
+        groups = [(self.seeds * len(self.n_values), max(self.n_values), self.base_depth),
+                  (self.seeds, self.base_n, max(self.depths))]
+        return width * max(students * (4 * depth * (w * d + d ** 2)
+                                       + 3 * (n + self.n_test) * self.transformer.seq_len * w * depth)
+                           for students, n, depth in groups)
+
+    @model_validator(mode="after")
+    def _base_in_grid(self) -> "ScalingLawRecipe":
+        for name, value, grid in (("base_n", self.base_n, self.n_values), ("base_width", self.base_width, self.widths)):
+            if value not in grid:
+                raise ValueError(f"{name} = {value} must be one of {'n_values' if name == 'base_n' else 'widths'} {grid}")
+        if self.base_depth not in self.depths:
+            raise ValueError(f"base_depth = {self.base_depth} must be one of depths {self.depths}")
+        return self
+
+
+RECIPE = ScalingLawRecipe
 TRAINED_AXES = {"U": 0, "W": 0}  # vmap axes: every student has its own U and W …
 FROZEN_AXES = {"A": 0, "E": None}  # … and its own A; the positional embedding E is the teacher's, shared
 
@@ -61,10 +128,6 @@ def sweep_points(cfg: ScalingLawRecipe) -> list[tuple[int, int, int]]:
     return sorted(points)
 
 
-def shape_of(cfg: ScalingLawRecipe, width: int, depth: int) -> Shape:
-    return Shape(cfg.d, width, depth, cfg.seq_len, cfg.epsilon, cfg.omega, cfg.kappa, cfg.causal)
-
-
 def batch_size(cfg: ScalingLawRecipe, n: int) -> int:
     return max(1, round(cfg.batch_fraction * n))
 
@@ -83,18 +146,17 @@ class Teacher:
     embedding E is shared with every student, so that F* is in reach of the student class."""
 
     def __init__(self, cfg: ScalingLawRecipe, dtype):
-        self.shape = Shape(cfg.d, cfg.teacher_width, cfg.teacher_depth, cfg.seq_len, cfg.epsilon, cfg.omega,
-                           cfg.kappa, cfg.causal)
+        self.shape = cfg.transformer.shape(cfg.teacher_width, cfg.teacher_depth)
         params, frozen = transformer.init(self.shape, seed_for(cfg.seed, Stream.TEACHER, Stream.TEACHER), dtype=dtype)
-        self.params, self.frozen, self.kind, self.cfg = params, frozen, cfg.teacher, cfg
+        self.params, self.frozen, self.kind = params, frozen, cfg.teacher
         self.E = frozen["E"]
 
     def __call__(self, X: torch.Tensor) -> torch.Tensor:
         if self.kind == "transformer":
             return transformer.forward(self.params, self.frozen, X, self.shape)
         W1, W2 = self.params["W"][0], self.frozen["A"][0]  # [d, m], [m, d]
-        hidden = torch.tanh(X @ W1 / math.sqrt(self.cfg.d))
-        return self.cfg.epsilon * (X + self.E + self.cfg.omega / math.sqrt(self.shape.m) * hidden @ W2)
+        hidden = torch.tanh(X @ W1 / math.sqrt(self.shape.d))
+        return self.shape.epsilon * (X + self.E + self.shape.omega / math.sqrt(self.shape.m) * hidden @ W2)
 
 
 def excess_risk(F: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
@@ -106,7 +168,7 @@ def train_group(cfg: ScalingLawRecipe, width: int, depth: int, students: list[tu
                 pools: dict[int, tuple[torch.Tensor, torch.Tensor]], test: tuple[torch.Tensor, torch.Tensor],
                 advance=lambda k=1: None) -> pd.DataFrame:
     """SGD for every (N, seed) student of one (m, depth) at once; risk and training loss at checkpoints."""
-    shape, dtype = shape_of(cfg, width, depth), getattr(torch, cfg.dtype)
+    shape, dtype = cfg.transformer.shape(width, depth), getattr(torch, cfg.dtype)
     inits = [transformer.init(shape, seed_for(cfg.seed, seed, width, depth), dtype=dtype) for _, seed in students]
     params = {k: torch.stack([p[k] for p, _ in inits]) for k in TRAINED_AXES}
     frozen = {"A": torch.stack([f["A"] for _, f in inits]), "E": teacher.E}
@@ -163,7 +225,7 @@ def _rows(T: torch.Tensor, idx: torch.Tensor) -> torch.Tensor:
 def data_pools(cfg: ScalingLawRecipe, teacher: Teacher, seeds: list[int], dtype):
     """Per seed: N_max training sequences and noisy labels (every N uses the first N: nested data sets, drawn
     in seeded blocks so that the first N rows and their noise do not depend on N_max)."""
-    pools, n_max, shape = {}, max(cfg.n_values), (cfg.seq_len, cfg.d)
+    pools, n_max, shape = {}, max(cfg.n_values), (cfg.transformer.seq_len, cfg.transformer.d)
     for seed in seeds:
         X = inputs(nested_randn(n_max, shape, cfg.seed, Stream.DATA, seed, block=64), dtype)
         with torch.no_grad():
@@ -175,32 +237,36 @@ def data_pools(cfg: ScalingLawRecipe, teacher: Teacher, seeds: list[int], dtype)
         return pools, (X_test, teacher(X_test))
 
 
-def measure(cfg: ScalingLawRecipe, run: Run) -> pd.DataFrame:
+def plan(cfg: ScalingLawRecipe) -> list[tuple[str, str]]:
+    """What a run trains (the same `sweep_points` that `measure` groups and trains)."""
+    points = sweep_points(cfg)
+    return [("sweep points (N, m, depth)", str(len(points))), ("students", str(len(points) * cfg.seeds)),
+            ("vectorised groups (m, depth)", str(len({(w, d) for _, w, d in points}))),
+            ("SGD steps per student", str(cfg.steps))]
+
+
+def measure(cfg: ScalingLawRecipe, folder: Run) -> Results:
     """Train the missing students (this process's share of the groups under torchrun) and save them."""
     dtype = getattr(torch, cfg.dtype)
     rank, world = process_rank()
-    previous = run.load_csv("results.csv")
-    done = resume(previous, KEYS)
+    results = Results(folder, KEYS, write=world == 1)
     groups: dict[tuple[int, int], list[tuple[int, int]]] = {}
-    for n, width, depth in sweep_points(cfg):
-        for seed in range(cfg.seeds):
-            if (n, width, depth, seed) not in done:
-                groups.setdefault((width, depth), []).append((n, seed))
+    for n, width, depth, seed in results.todo((*p, s) for p in sweep_points(cfg) for s in range(cfg.seeds)):
+        groups.setdefault((width, depth), []).append((n, seed))
     mine = [g for i, g in enumerate(sorted(groups)) if i % world == rank]
-    frames = [previous] if previous is not None else []
     if mine:
         teacher = Teacher(cfg, dtype)
         pools, test = data_pools(cfg, teacher, list(range(cfg.seeds)), dtype)
-        with run.task(f"train {sum(len(groups[g]) for g in mine)} students in {len(mine)} groups",
-                      len(mine) * cfg.steps) as advance:
+        with folder.task(f"train {sum(len(groups[g]) for g in mine)} students in {len(mine)} groups",
+                         len(mine) * cfg.steps) as advance:
             for width, depth in mine:
-                frames.append(train_group(cfg, width, depth, groups[(width, depth)], teacher, pools, test, advance))
-                run.save_csv("results.csv" if world == 1 else f"results.rank{rank}.csv",
-                             pd.concat(frames, ignore_index=True))
+                results.add(train_group(cfg, width, depth, groups[(width, depth)], teacher, pools, test, advance))
+                if world > 1:
+                    folder.save_csv(f"results.rank{rank}.csv", results.table())
     if world > 1:
-        _gather_shards(run, world)
-    results = run.load_csv("results.csv")
-    return results if results is not None else pd.DataFrame(columns=KEYS)
+        _gather_shards(folder, world)
+        return Results(folder, KEYS, write=False)
+    return results
 
 
 def _gather_shards(run: Run, world: int) -> None:
@@ -236,78 +302,121 @@ def frontier(df: pd.DataFrame) -> pd.DataFrame:
     return mean[mean.excess_risk <= best].drop_duplicates("compute")
 
 
+def _law(law: str, measured: str, ok: bool) -> dict:
+    """A verdict row of summary.csv."""
+    claim, where = THEORY[law]
+    return {"law": law, "theorem": where, "theory": claim, "measured": measured, "verdict": verdict(ok)}
+
+
+def _time_law(cfg: ScalingLawRecipe, df: pd.DataFrame, boot: dict) -> tuple[list, dict, object]:
+    """Excess risk against T at the base point: fitting.decay_test, the test of every exponential claim."""
+    t = df[(df.n == cfg.base_n) & (df.width == cfg.base_width) & (df.depth == cfg.base_depth) & (df.step > 0)]
+    test = fitting.decay_test(t.step, t.excess_risk, **boot)
+    exp, power = test.exponential, test.power
+    group = f"N={cfg.base_n} m={cfg.base_width}"
+    rows = exp.rows(law="time", group=group, form=exp.form("T")) + power.rows(law="time", group=group,
+                                                                              form=power.form("T"))
+    measured = (f"r = {exp.interval('r')}/step, floor E = {exp.interval('E')}; Huber loss exp {exp.loss:.3g} "
+                f"vs power law {power.loss:.3g}")
+    return rows, _law("time", measured, test.exponential_wins), (exp, power)
+
+
+def _power_law(law: str, x: pd.Series, y: pd.Series, group: str, variable: str, ok, boot: dict):
+    fit = fitting.bootstrap(fitting.fit_power_law, x, y, **boot)
+    return (fit.rows(law=law, group=group, form=fit.form(variable)),
+            _law(law, f"α = {fit.interval('alpha')}", ok(fit)), fit)
+
+
+def _compute_laws(cfg: ScalingLawRecipe, df: pd.DataFrame, boot: dict) -> tuple[list, list, dict, list]:
+    """The two-stage fit of each N's compute frontier (Thm 7.1) and the slope of log C* against log N."""
+    rows, verdicts, curves, frontiers, stars = [], [], {}, [], {}
+    for n in cfg.n_values:
+        front = frontier(df[(df.n == n) & (df.depth == cfg.base_depth)]).assign(n=n)
+        frontiers.append(front)
+        if len(front) >= 6:
+            stars[n] = fitting.bootstrap(fitting.fit_two_stage, front.compute, front.excess_risk, **boot)
+            rows += stars[n].rows(law="compute", group=f"N={n}", form=stars[n].form("C"))
+            curves[f"compute N={n}"] = stars[n]
+    verdicts.append(_law("compute", "; ".join(f"N={n}: β = {f.interval('beta')}" for n, f in stars.items()),
+                         bool(stars) and all(f.upper["beta"] >= 1 / 6 for f in stars.values())))
+    if len(stars) >= 3:
+        ns = np.array(sorted(stars))
+        slope = np.polyfit(np.log(ns), np.log([stars[n].params["xstar"] for n in ns]), 1)[0]
+        count = min(len(stars[n].draws) for n in ns)  # paired bootstrap draws across N
+        slopes = [np.polyfit(np.log(ns), np.log([stars[n].draws[j]["xstar"] for n in ns]), 1)[0] for j in range(count)]
+        fit = fitting.Fit({"slope": slope}, float("nan"), {"slope": float(np.percentile(slopes, 2.5))},
+                          {"slope": float(np.percentile(slopes, 97.5))}, law="line")
+        rows += fit.rows(law="breakpoint", group="all N", form=fit.form("N"))
+        curves["breakpoint"] = (ns, np.array([stars[n].params["xstar"] for n in ns]), fit)
+        verdicts.append(_law("breakpoint", f"slope = {fit.interval('slope')}", fit.lower["slope"] <= 6 <= fit.upper["slope"]))
+    return rows, verdicts, curves, frontiers
+
+
 def fit_laws(cfg: ScalingLawRecipe, df: pd.DataFrame) -> dict[str, object]:
     """Every law's fit with bootstrap intervals, the frontier points, and a verdict per law."""
     fits, verdicts, curves, frontiers = [], [], {}, []
-    boot = dict(n=cfg.bootstrap, seed=cfg.seed)
-    final = df[df.step == cfg.steps]
-
-    def verdict(law, measured, ok):
-        claim, where = THEORY[law]
-        verdicts.append({"law": law, "theorem": where, "theory": claim, "measured": measured,
-                         "verdict": "reproduced" if ok else "not reproduced"})
-
+    boot, final = dict(n=cfg.bootstrap, seed=cfg.seed), df[df.step == cfg.steps]
+    laws = []
     if "time" in cfg.sweeps:
-        t = df[(df.n == cfg.base_n) & (df.width == cfg.base_width) & (df.depth == cfg.base_depth) & (df.step > 0)]
-        exp = fitting.bootstrap(fitting.fit_exponential, t.step, t.excess_risk, **boot)
-        power = fitting.fit_power_law(t.step, t.excess_risk)
-        fits += exp.rows(law="time", group=f"N={cfg.base_n} m={cfg.base_width}", form=exp.form("T"))
-        fits += power.rows(law="time", group=f"N={cfg.base_n} m={cfg.base_width}", form=power.form("T"))
-        curves["time"] = (exp, power)
-        verdict("time", f"r = {exp.interval('r')}/step, floor E = {exp.interval('E')}; Huber loss exp {exp.loss:.3g} "
-                f"vs power law {power.loss:.3g}", exp.loss < power.loss)
+        laws.append(("time", _time_law(cfg, df, boot)))
     if "data" in cfg.sweeps:
         d = final[(final.width == cfg.base_width) & (final.depth == cfg.base_depth)]
-        fit = fitting.bootstrap(fitting.fit_power_law, d.n, d.excess_risk, **boot)
-        fits += fit.rows(law="data", group=f"m={cfg.base_width}", form=fit.form("N"))
-        curves["data"] = fit
-        verdict("data", f"α = {fit.interval('alpha')}", fit.upper["alpha"] >= 1.0)
+        laws.append(("data", _power_law("data", d.n, d.excess_risk, f"m={cfg.base_width}", "N",
+                                        lambda f: f.upper["alpha"] >= 1.0, boot)))
     if "model" in cfg.sweeps:
         d = final[final.n == cfg.base_n]
-        fit = fitting.bootstrap(fitting.fit_power_law, d.model_size, d.excess_risk, **boot)
-        fits += fit.rows(law="model", group=f"N={cfg.base_n}", form=fit.form("M"))
-        curves["model"] = fit
-        verdict("model", f"α = {fit.interval('alpha')}", fit.lower["alpha"] > 0.0)
+        laws.append(("model", _power_law("model", d.model_size, d.excess_risk, f"N={cfg.base_n}", "M",
+                                         lambda f: f.lower["alpha"] > 0.0, boot)))
+    for law, (rows, row, curve) in laws:
+        fits, curves[law] = fits + rows, curve
+        verdicts.append(row)
     if "compute" in cfg.sweeps:
-        stars = {}
-        for n in cfg.n_values:
-            front = frontier(df[(df.n == n) & (df.depth == cfg.base_depth)]).assign(n=n)
-            frontiers.append(front)
-            if len(front) < 6:
-                continue
-            fit = fitting.bootstrap(fitting.fit_two_stage, front.compute, front.excess_risk, **boot)
-            fits += fit.rows(law="compute", group=f"N={n}", form=fit.form("C"))
-            curves[f"compute N={n}"] = fit
-            stars[n] = fit
-        verdict("compute", "; ".join(f"N={n}: β = {f.interval('beta')}" for n, f in stars.items()),
-                bool(stars) and all(f.upper["beta"] >= 1 / 6 for f in stars.values()))
-        if len(stars) >= 3:
-            ns = np.array(sorted(stars))
-            slope = np.polyfit(np.log(ns), np.log([stars[n].params["xstar"] for n in ns]), 1)[0]
-            count = min(len(stars[n].draws) for n in ns)  # paired bootstrap draws across N
-            slopes = [np.polyfit(np.log(ns), np.log([stars[n].draws[j]["xstar"] for n in ns]), 1)[0]
-                      for j in range(count)]
-            fit = fitting.Fit({"slope": slope}, float("nan"), {"slope": float(np.percentile(slopes, 2.5))},
-                              {"slope": float(np.percentile(slopes, 97.5))}, law="line")
-            fits += fit.rows(law="breakpoint", group="all N", form=fit.form("N"))
-            curves["breakpoint"] = (ns, np.array([stars[n].params["xstar"] for n in ns]), fit)
-            verdict("breakpoint", f"slope = {fit.interval('slope')}", fit.lower["slope"] <= 6 <= fit.upper["slope"])
+        rows, rows_v, more, frontiers = _compute_laws(cfg, df, boot)
+        fits, verdicts = fits + rows, verdicts + rows_v
+        curves.update(more)
     return {"fits": pd.DataFrame(fits), "verdicts": pd.DataFrame(verdicts), "curves": curves,
             "frontier": pd.concat(frontiers, ignore_index=True) if frontiers else pd.DataFrame()}
 
 
-def run(cfg: ScalingLawRecipe, run: Run) -> dict[str, pd.DataFrame]:
-    results = measure(cfg, run)
+def prepare(cfg: ScalingLawRecipe) -> None:
+    """Nothing to load: the recipe holds every input."""
+
+
+def tables(cfg: ScalingLawRecipe, result: dict[str, pd.DataFrame]) -> list[tuple[str, pd.DataFrame]]:
+    return [("paper 2 scaling laws: theory vs measurement (95% bootstrap intervals)",
+             result["verdicts"][["law", "theorem", "theory", "measured", "verdict"]])]
+
+
+def run(cfg: ScalingLawRecipe, folder: Run, prepared: None = None) -> dict[str, pd.DataFrame]:
+    """Train every student not yet in results.csv, fit the laws, write CSVs, verdicts, figure, run.json."""
+    measured = measure(cfg, folder)
     if not is_main_process():
         return {}
-    wanted = set(sweep_points(cfg))
-    keep = [(n, w, dep) in wanted and s < cfg.seeds for n, w, dep, s in results[KEYS].itertuples(index=False)]
-    results = results[keep]  # a run grown and then shrunk again fits only what the recipe asks for
+    # a run grown and then shrunk again fits only what the recipe asks for
+    results = measured.table((*p, s) for p in sweep_points(cfg) for s in range(cfg.seeds))
     laws = fit_laws(cfg, results)
-    run.save_csv("fits.csv", laws["fits"])
-    run.save_csv("summary.csv", laws["verdicts"])
+    folder.save_csv("fits.csv", laws["fits"])
+    folder.save_csv("summary.csv", laws["verdicts"])
     if not laws["frontier"].empty:
-        run.save_csv("frontier.csv", laws["frontier"])
-    run.save_figure("scaling_law.png", figures.figure(cfg, results, laws))
-    run.finish(students=len(results[KEYS].drop_duplicates()), sweep_points=len(wanted))
+        folder.save_csv("frontier.csv", laws["frontier"])
+    folder.save_figure("scaling_law.png", figures.figure(cfg, results, laws))
+    folder.finish(students=len(results[KEYS].drop_duplicates()), sweep_points=len(set(sweep_points(cfg))))
     return {"verdicts": laws["verdicts"], "fits": laws["fits"]}
+
+
+def report(runs: list[Run]) -> Section:
+    """The report section: the verdicts each finished run wrote into its summary.csv (the last run wins)."""
+    section = Section(COMMAND, TITLE)
+    claims = {law: Claim(where, theory) for law, (theory, where) in THEORY.items()}
+    for run in runs:
+        verdicts = run.csv("summary.csv")
+        if verdicts is None or not {"law", "measured", "verdict"} <= set(verdicts):
+            section.skip(run, "has no readable summary.csv")
+            continue
+        for row in verdicts.itertuples():
+            if row.law in claims:
+                claims[row.law] = Claim(claims[row.law].claim, claims[row.law].paper, str(row.measured), run.source,
+                                        str(row.verdict))
+        section.figure(run, "scaling_law.png")
+    section.claims = list(claims.values())
+    return section

@@ -93,7 +93,7 @@ def figure(cfg, df: pd.DataFrame, laws: dict):
         _compute(a_comp, cfg, df, laws["frontier"], curves)
         legend(a_comp, fontsize=7, ncol=2)
     _verdicts(a_text, laws["verdicts"])
-    fig.suptitle(f"paper 2 scaling laws, teacher–student ({cfg.teacher} teacher, d = {cfg.d}, L = {cfg.seq_len}, "
+    fig.suptitle(f"paper 2 scaling laws, teacher–student ({cfg.teacher} teacher, d = {cfg.transformer.d}, L = {cfg.transformer.seq_len}, "
                  f"ξ = {cfg.noise}, {cfg.seeds} seeds)")
     fig.tight_layout()
     return fig

@@ -9,13 +9,16 @@ from __future__ import annotations
 
 import importlib.util
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import torch
 
 from ..adapters.common import set_task_head
 from ..errors import UserError
-from ..recipes import ModelSpec
 from . import chatglm3
+
+if TYPE_CHECKING:
+    from ..experiments.finetune.recipe import ModelSpec
 
 
 def resolve(name: str) -> str:

@@ -21,16 +21,26 @@ import torch
 from ...adapters import inject
 from ...errors import UserError
 from ...models import load_model, load_tokenizer, model_config
-from ...recipes import DataSpec, FinetuneRecipe, method_label, method_options
-from ...runs import Run, is_main_process, process_rank, resolve_device, resume, seed_for
+from ...runs import Results, Run, is_main_process, process_rank, resolve_device, seed_for
 from . import data
+from .claims import COMMAND, TITLE, report  # noqa: F401 — the experiment contract
+from .recipe import DataSpec, FinetuneRecipe, method_label, method_options
 from .train import TrainingFailed, train
 
+HELP = ("Tables 1–2 (§5): NTK-Attention vs P-Tuning v2 vs LoRA vs full fine-tuning, several seeds.\n\n"
+        "Loads the recipe's Hugging Face model and data (hub, local files, or the offline digits), injects each method, "
+        "trains with the Trainer and evaluates accuracy after every epoch. Writes results.csv (method, seed, epoch), "
+        "summary.csv (accuracy mean ± std, trainable parameters, time, memory), claims.csv and run.json to "
+        "outputs/finetune/<recipe>/; re-running skips finished (method, seed) pairs. Under torchrun only rank 0 "
+        "writes and prints.")
+NEEDS_RECIPE, FLAGS, DEVICES = True, {}, ("cpu", "cuda")
+SCALE = ("seeds", "train")  # the fields that set a run's scale, shown beside its claims
 KEYS = ["method", "seed"]
 COLUMNS = ["method", "kind", "seed", "epoch", "accuracy", "eval_loss", "train_loss", "train_seconds", "peak_mem_mb",
            "lr", "trainable_params", "total_params"]
 RESUMABLE = ("methods", "seeds")
-FILES = ("results.csv", "summary.csv", "pretrain.csv", "pretrained")
+FILES = ("results.csv", "summary.csv", "pretrain.csv", "pretrained", "claims.csv")
+RECIPE = FinetuneRecipe
 
 
 def _wait_for_main() -> None:
@@ -56,20 +66,20 @@ def _steps(n: int, batch: int, epochs: int) -> int:
     return math.ceil(n / (batch * process_rank()[1])) * epochs
 
 
-def pretrain(cfg: FinetuneRecipe, run: Run, device: torch.device) -> tuple[Path, pd.DataFrame]:
+def pretrain(cfg: FinetuneRecipe, folder: Run, device: torch.device) -> tuple[Path, pd.DataFrame]:
     """Train model.config from scratch on pretrain.classes (once; cached as run folder/pretrained)."""
     from transformers import set_seed
 
-    folder, spec = run.path("pretrained"), cfg.pretrain
-    done = run.load_csv("pretrain.csv")
-    if done is not None and (folder / "config.json").exists():
-        return folder, done
+    cache, spec = folder.path("pretrained"), cfg.pretrain
+    done = folder.load_csv("pretrain.csv")
+    if done is not None and (cache / "config.json").exists():
+        return cache, done
     set_seed(cfg.seed)
     model = load_model(cfg.model, cfg.data.image_field is not None, len(spec.classes)).to(device)
     train_ds, eval_ds, collator = _datasets(cfg, model.config,
                                             None if cfg.data.image_field else load_tokenizer(cfg.model), spec.classes)
     tspec = cfg.train.model_copy(update={"batch_size": spec.batch_size})
-    with run.task(f"pretrain on classes {spec.classes}", _steps(len(train_ds), spec.batch_size, spec.epochs)) as adv:
+    with folder.task(f"pretrain on classes {spec.classes}", _steps(len(train_ds), spec.batch_size, spec.epochs)) as adv:
         try:
             rows = train(model, train_ds, eval_ds, collator, spec=tspec, lr=spec.lr, epochs=spec.epochs,
                          seed=cfg.seed, device=device, advance=adv)
@@ -77,14 +87,14 @@ def pretrain(cfg: FinetuneRecipe, run: Run, device: torch.device) -> tuple[Path,
             raise UserError(f"pretraining: {err}") from None
     table = pd.DataFrame(rows).assign(classes=" ".join(map(str, spec.classes)))
     if is_main_process():
-        tmp = run.path(".pretrained-tmp")
+        tmp = folder.path(".pretrained-tmp")
         shutil.rmtree(tmp, ignore_errors=True)
         model.base_model.save_pretrained(tmp)  # the backbone only: fine-tuning gets a fresh head
-        shutil.rmtree(folder, ignore_errors=True)
-        tmp.rename(folder)
-        run.save_csv("pretrain.csv", table)
+        shutil.rmtree(cache, ignore_errors=True)
+        tmp.rename(cache)
+        folder.save_csv("pretrain.csv", table)
     _wait_for_main()
-    return folder, table
+    return cache, table
 
 
 def summarize(results: pd.DataFrame) -> pd.DataFrame:
@@ -128,49 +138,71 @@ def prepare(cfg: FinetuneRecipe) -> Inputs:
     return Inputs(device, *_datasets(cfg, config if image else None, tokenizer))
 
 
-def run(cfg: FinetuneRecipe, run: Run, inputs: Inputs) -> dict[str, pd.DataFrame]:
+def plan(cfg: FinetuneRecipe) -> list[tuple[str, str]]:
+    """What a run trains: every (method, seed) pair, each for train.epochs."""
+    return [("methods", ", ".join(method_label(m) for m in cfg.methods)), ("seeds", str(len(cfg.seeds))),
+            ("training runs", str(len(points(cfg)))), ("epochs per run", str(cfg.train.epochs)),
+            ("model", cfg.model.name_or_path or f"from config ({cfg.model.config.get('model_type')})"),
+            ("data", cfg.data.path or f"{cfg.data.name} {cfg.data.config or ''}".strip())]
+
+
+def points(cfg: FinetuneRecipe) -> list[tuple[str, int]]:
+    """Every (method label, seed) pair of the recipe, in the order they are trained."""
+    return [(method_label(spec), seed) for spec in cfg.methods for seed in cfg.seeds]
+
+
+def _train_one(cfg: FinetuneRecipe, spec, seed: int, inputs: Inputs, source: str | None, advance) -> pd.DataFrame:
+    """One method with one seed: its rows per epoch (nothing when its loss turns non-finite: an error)."""
     from transformers import set_seed
 
-    device, image = inputs.device, cfg.data.image_field is not None
-    source, pre = pretrain(cfg, run, device) if cfg.pretrain is not None else (None, None)
-    source = str(source) if source is not None else None
-    previous = run.load_csv("results.csv")
-    done = resume(previous, KEYS)
-    todo = [(spec, seed) for spec in cfg.methods for seed in cfg.seeds if (method_label(spec), seed) not in done]
-    frames = [previous] if previous is not None else []
-    if todo:
-        total = len(todo) * _steps(len(inputs.train), cfg.train.batch_size, cfg.train.epochs)
-        with run.task(f"fine-tune {len(todo)} runs", total) as advance:
-            for spec, seed in todo:
-                set_seed(seed)
-                options = method_options(spec)
-                if "seed" in options:  # the method's own seed, varied with the run's
-                    options["seed"] = seed_for(options["seed"], seed) % 2**31
-                try:
-                    injected = inject(load_model(cfg.model, image, cfg.data.num_labels, source).to(device),
-                                      spec.method, **options)
-                except ValueError as err:
-                    raise UserError(f"method {method_label(spec)}: {err}") from None
-                lr = spec.lr or (cfg.train.fft_lr if spec.method == "fft" else cfg.train.lr)
-                try:
-                    rows = train(injected.model, inputs.train, inputs.eval, inputs.collator, spec=cfg.train, lr=lr,
-                                 epochs=cfg.train.epochs, seed=seed, device=device, advance=advance)
-                except TrainingFailed as err:
-                    raise UserError(f"method {method_label(spec)}, seed {seed}: {err}; nothing recorded for this "
-                                    "run") from None
-                frames.append(pd.DataFrame(rows).assign(
-                    method=method_label(spec), kind=spec.method, seed=seed, lr=lr,
-                    trainable_params=injected.trainable, total_params=injected.total)[COLUMNS])
-                if is_main_process():
-                    run.save_csv("results.csv", pd.concat(frames, ignore_index=True))
-    results = pd.concat(frames, ignore_index=True)
+    set_seed(seed)
+    options = method_options(spec)
+    if "seed" in options:  # the method's own seed, varied with the run's
+        options["seed"] = seed_for(options["seed"], seed) % 2**31
+    image = cfg.data.image_field is not None
+    try:
+        injected = inject(load_model(cfg.model, image, cfg.data.num_labels, source).to(inputs.device),
+                          spec.method, **options)
+    except ValueError as err:
+        raise UserError(f"method {method_label(spec)}: {err}") from None
+    lr = spec.lr or (cfg.train.fft_lr if spec.method == "fft" else cfg.train.lr)
+    try:
+        rows = train(injected.model, inputs.train, inputs.eval, inputs.collator, spec=cfg.train, lr=lr,
+                     epochs=cfg.train.epochs, seed=seed, device=inputs.device, advance=advance)
+    except TrainingFailed as err:
+        raise UserError(f"method {method_label(spec)}, seed {seed}: {err}; nothing recorded for this run") from None
+    return pd.DataFrame(rows).assign(method=method_label(spec), kind=spec.method, seed=seed, lr=lr,
+                                     trainable_params=injected.trainable, total_params=injected.total)[COLUMNS]
+
+
+def run(cfg: FinetuneRecipe, folder: Run, inputs: Inputs) -> dict[str, pd.DataFrame]:
+    """Train every (method, seed) pair not yet in results.csv; write results, summary and run.json."""
+    source, pre = pretrain(cfg, folder, inputs.device) if cfg.pretrain is not None else (None, None)
+    results = Results(folder, KEYS, write=is_main_process())
+    todo = set(results.todo(points(cfg)))
+    pairs = [(spec, seed) for spec in cfg.methods for seed in cfg.seeds if (method_label(spec), seed) in todo]
+    total = len(pairs) * _steps(len(inputs.train), cfg.train.batch_size, cfg.train.epochs)
+    with folder.task(f"fine-tune {len(pairs)} runs", total) as advance:
+        for spec, seed in pairs:
+            results.add(_train_one(cfg, spec, seed, inputs, None if source is None else str(source), advance))
     order = [method_label(s) for s in cfg.methods]
-    results = results[results.method.isin(order)]
-    summary = summarize(results)
+    table = results.table()
+    table = table[table.method.isin(order)]
+    summary = summarize(table)
     summary = summary.set_index("method").loc[[m for m in order if m in set(summary.method)]].reset_index()
-    if not is_main_process():
-        return {"summary": summary, "results": results}
-    run.save_csv("summary.csv", summary)
-    run.finish(methods=order, seeds=cfg.seeds, train_examples=len(inputs.train),
-               pretrain_accuracy=None if pre is None else float(pre.accuracy.iloc[-1]))
-    return {"summary": summary, "results": results}
+    if is_main_process():
+        folder.save_csv("summary.csv", summary)
+        folder.finish(methods=order, seeds=cfg.seeds, train_examples=len(inputs.train),
+                      pretrain_accuracy=None if pre is None else float(pre.accuracy.iloc[-1]))
+    return {"summary": summary, "results": table}
+
+
+def tables(cfg: FinetuneRecipe, result: dict[str, pd.DataFrame]) -> list[tuple[str, pd.DataFrame]]:
+    s = result["summary"]
+    shown = pd.DataFrame({
+        "method": s.method,
+        "accuracy % (mean ± std)": [f"{100 * m:.2f} ± {100 * d:.2f}" for m, d in zip(s.accuracy_mean, s.accuracy_std)],
+        "best epoch %": 100 * s.best_epoch_accuracy_mean, "seeds": s.seeds,
+        "trainable params": s.trainable_params, "trainable %": s.trainable_pct,
+        "train s": s.train_seconds, "peak MiB": s.peak_mem_mb})
+    return [(f"finetune '{cfg.name}': final-epoch accuracy on {cfg.data.eval_split}", shown)]

@@ -16,7 +16,7 @@ import torch
 import torch.nn.functional as F
 
 from ...errors import UserError
-from ...recipes import DataSpec
+from .recipe import DataSpec
 
 SPLIT_FILES = {"train": ("train",), "validation": ("validation", "val", "dev"), "test": ("test",)}
 SUFFIXES = {".jsonl": "json", ".json": "json", ".tsv": "csv", ".csv": "csv", ".parquet": "parquet"}

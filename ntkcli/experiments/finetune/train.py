@@ -12,7 +12,7 @@ from typing import Callable, Iterator
 import numpy as np
 import torch
 
-from ...recipes import TrainSpec
+from .recipe import TrainSpec
 
 
 def _rss_bytes() -> int:

@@ -1,0 +1,65 @@
+"""What an experiment says about its paper's claims, as data: a Claim (the paper's statement and value, our
+measurement, where it came from, a verdict) and a report Section. Each experiment fills them from its run
+folders; the report only renders them."""
+
+from __future__ import annotations
+
+import contextlib
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Iterator
+
+import numpy as np
+import pandas as pd
+
+REPRODUCED, NOT_REPRODUCED, NOT_RUN = "reproduced", "not reproduced", "not run at this scale"
+
+
+def verdict(ok: bool) -> str:
+    return REPRODUCED if ok else NOT_REPRODUCED
+
+
+@dataclass
+class Claim:
+    claim: str
+    paper: str
+    measured: str = "–"
+    source: str = "no finished run"
+    verdict: str = NOT_RUN
+
+
+@dataclass
+class Section:
+    """One experiment's part of the report."""
+
+    command: str
+    title: str
+    claims: list[Claim] = field(default_factory=list)
+    figures: list[Path] = field(default_factory=list)
+    tables: list[tuple[str, pd.DataFrame]] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+
+    def skip(self, run, what: str) -> None:
+        """Note a run folder that could not be read."""
+        self.notes.append(f"`{self.command}/{run.name}` {what}: skipped")
+
+    def figure(self, run, name: str) -> None:
+        if run.path(name).exists():
+            self.figures.append(run.path(name))
+
+    @contextlib.contextmanager
+    def reading(self, run) -> Iterator[None]:
+        """Whatever a malformed run folder breaks while its numbers are read becomes a note; the report goes on."""
+        try:
+            yield
+        except Exception as err:  # noqa: BLE001 — any malformed value in any file
+            first = str(err).splitlines()[0] if str(err) else "no detail"
+            self.skip(run, f"could not be read ({type(err).__name__}: {first})")
+
+    def frame(self) -> pd.DataFrame:
+        return pd.DataFrame([(c.claim, c.paper, c.measured, c.source, c.verdict) for c in self.claims],
+                            columns=["claim", "paper", "measured", "source (run, device, scale)", "verdict"])
+
+
+def fmt(x: float) -> str:
+    return f"{x:.3g}" if np.isfinite(x) else "–"
