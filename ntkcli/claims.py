@@ -43,9 +43,20 @@ class Section:
         """Note a run folder that could not be read."""
         self.notes.append(f"`{self.command}/{run.name}` {what}: skipped")
 
-    def figure(self, run, name: str) -> None:
-        if run.path(name).exists():
-            self.figures.append(run.path(name))
+    def readable(self, runs: list, name: str, numeric: tuple[str, ...] = (), columns: tuple[str, ...] = (),
+                 figure: str | None = None) -> list[tuple[object, pd.DataFrame]]:
+        """(run, its CSV `name`) for the runs where that CSV is readable with the `numeric` and `columns` it
+        needs; the others are noted. The readable runs' `figure` is collected."""
+        found = []
+        for run in runs:
+            df = run.csv(name, numeric)
+            if df is None or not set(columns) <= set(df.columns):
+                self.skip(run, f"has no readable {name}")
+                continue
+            found.append((run, df))
+            if figure and run.path(figure).exists():
+                self.figures.append(run.path(figure))
+        return found
 
     @contextlib.contextmanager
     def reading(self, run) -> Iterator[None]:

@@ -20,8 +20,7 @@ from ntkcli.adapters import inject
 from ntkcli.models import load_model, load_tokenizer
 from ntkcli.models.chatglm3 import SPECIAL_TOKENS, load_chatglm3
 from ntkcli.experiments.finetune.recipe import ModelSpec
-from test_cli import assert_one_line_error, invoke, no_results
-from test_finetune import RECIPES, write_rte
+from conftest import RECIPES, assert_one_line_error, invoke, no_results, write_rte
 
 CONFIG = dict(  # ChatGLM3-6B's config.json, shrunk: 2 layers, 4 heads of 8 dims, 2 key/value groups
     model_type="chatglm", architectures=["ChatGLMModel"], auto_map={"AutoConfig": "configuration_chatglm.ChatGLMConfig"},

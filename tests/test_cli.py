@@ -1,34 +1,14 @@
 """The CLI: bad input ends in one line and exit code 2 with nothing written; a small run resumes."""
 
-from pathlib import Path
 
 import pandas as pd
 import pytest
 import torch
-from typer.testing import CliRunner
 
-from ntkcli.cli import app
+from conftest import assert_one_line_error, invoke, no_results
 
-runner = CliRunner()
 TINY = ["--set", "d=8", "--set", "seq_len=8", "--set", "n_train=4", "--set", "n_test=2", "--set", "adam_steps=5",
         "--repeats", "2", "--max-log2m", "3"]
-
-
-def invoke(*args):
-    return runner.invoke(app, [str(a) for a in args])
-
-
-def assert_one_line_error(result, *words):
-    assert result.exit_code == 2, result.output
-    lines = [ln for ln in result.stderr.splitlines() if ln.strip()]
-    assert len(lines) == 1 and lines[0].startswith("error:"), result.stderr
-    for word in words:
-        assert word in lines[0], lines[0]
-    assert "Traceback" not in result.output
-
-
-def no_results(root: Path) -> bool:
-    return not list(root.rglob("results.csv"))
 
 
 def test_missing_recipe_file(tmp_path):

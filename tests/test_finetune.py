@@ -2,34 +2,16 @@
 
 from __future__ import annotations
 
-import json
-from pathlib import Path
 
 import pandas as pd
 import pytest
 import yaml
 
-from test_cli import assert_one_line_error, invoke, no_results
+from conftest import RECIPES, assert_one_line_error, invoke, no_results, write_rte
 
-RECIPES = Path(__file__).resolve().parents[1] / "recipes"
 FINETUNE_RECIPES = sorted(p for p in RECIPES.glob("*.yaml") if "model" in yaml.safe_load(p.read_text()))
 QUICK_DIGITS = ["--set", "pretrain.epochs=2", "--set", "train.epochs=1", "--set", "seeds=[0]",
                 "--set", "methods=[{method: ntk}, {method: lora, r: 2}]"]
-
-
-def write_rte(folder: Path, kind: str) -> Path:
-    """A small RTE in GLUE's TSV layout (train.tsv, dev.tsv) or SuperGLUE's JSONL (train.jsonl, val.jsonl)."""
-    folder.mkdir()
-    rows = [(f'The "team" {v} the bridge on day {i}.', f"The team {v if i % 2 == 0 else 'never ' + v} the bridge.",
-             "entailment" if i % 2 == 0 else "not_entailment") for i, v in enumerate(["crossed", "built", "sold"] * 8)]
-    for split, part in (("train", rows[:16]), ("dev" if kind == "glue" else "val", rows[16:])):
-        if kind == "glue":
-            lines = ["index\tsentence1\tsentence2\tlabel"] + [f"{i}\t{a}\t{b}\t{y}" for i, (a, b, y) in enumerate(part)]
-            (folder / f"{split}.tsv").write_text("\n".join(lines) + "\n")
-        else:
-            lines = [json.dumps({"premise": a, "hypothesis": b, "label": y, "idx": i}) for i, (a, b, y) in enumerate(part)]
-            (folder / f"{split}.jsonl").write_text("\n".join(lines) + "\n")
-    return folder
 
 
 @pytest.mark.parametrize("kind", ["glue", "superglue"])

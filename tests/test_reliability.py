@@ -12,8 +12,9 @@ import pandas as pd
 import pytest
 import torch
 
-from test_cli import TINY, assert_one_line_error, invoke
-from test_finetune import QUICK_DIGITS, RECIPES, write_rte
+from conftest import RECIPES, assert_one_line_error, invoke, write_rte
+from test_cli import TINY
+from test_finetune import QUICK_DIGITS
 from test_scaling_law import TINY_SETS as SCALING_TINY
 
 CONVERGENCE_TINY = ["--set", "log2m=[3]", "--set", "steps=20", "--set", "t_depths=[1]", "--set", "t_widths=[8]",

@@ -10,7 +10,7 @@ import numpy as np
 import pandas as pd
 
 from ntkcli import report
-from test_cli import assert_one_line_error, invoke
+from conftest import assert_one_line_error, invoke
 
 
 def _run(outputs: Path, command: str, name: str, files: dict[str, pd.DataFrame], figure: str | None = None) -> Path:

@@ -11,7 +11,7 @@ from ntkcli import fitting
 from ntkcli.experiments import scaling_law as sl
 from ntkcli.experiments.scaling_law import ScalingLawRecipe
 from ntkcli.theory import transformer
-from test_cli import assert_one_line_error, invoke, no_results
+from conftest import assert_one_line_error, invoke, no_results
 
 TINY = dict(transformer={"d": 4, "seq_len": 3}, n_values=[4, 8, 16], widths=[4, 8, 16], depths=[1, 2], base_n=8, base_width=8,
             steps=40, checkpoints=12, seeds=2, teacher_width=16, n_test=32, bootstrap=10)

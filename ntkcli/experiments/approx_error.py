@@ -349,13 +349,9 @@ def _claims(run: Run, summary: pd.DataFrame) -> list[Claim]:
 def report(runs: list[Run]) -> Section:
     """The report section: Figure 1's claim per regime of every finished run, and the figures."""
     section = Section(COMMAND, TITLE)
-    for run in runs:
-        summary = run.csv("summary.csv", ("m", "weight_std", "eq6_error_mean", "relative_error_mean"))
-        if summary is None or "method" not in summary:
-            section.skip(run, "has no readable summary.csv")
-            continue
+    for run, summary in section.readable(runs, "summary.csv", ("m", "weight_std", "eq6_error_mean",
+                                                               "relative_error_mean"), ("method",), "approx_error.png"):
         with section.reading(run):
             section.claims += _claims(run, summary)
-        section.figure(run, "approx_error.png")
     section.claims = section.claims or [Claim(CLAIM, PAPER)]
     return section

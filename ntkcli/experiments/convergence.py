@@ -377,14 +377,10 @@ def _thm55(run: Run, curves: pd.DataFrame | None) -> Claim | None:
 def report(runs: list[Run]) -> Section:
     """The report section: Thm 3.10 and Thm 5.5 from the last finished run that measured each."""
     section, thm310, thm55 = Section(COMMAND, TITLE), THM_310, THM_55
-    for run in runs:
-        res = run.csv("results.csv", ("m", "loss_0", "loss_final", "rate_fit"))
-        if res is None or "part" not in res:
-            section.skip(run, "has no readable results.csv")
-            continue
+    for run, res in section.readable(runs, "results.csv", ("m", "loss_0", "loss_final", "rate_fit"), ("part",),
+                                     "convergence.png"):
         with section.reading(run):
             thm310 = _thm310(run, res) or thm310
             thm55 = _thm55(run, run.csv("curves.csv", ("step", "loss", "m", "depth"))) or thm55
-        section.figure(run, "convergence.png")
     section.claims = [thm310, thm55]
     return section

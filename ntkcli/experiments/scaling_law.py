@@ -197,24 +197,28 @@ def train_group(cfg: ScalingLawRecipe, width: int, depth: int, students: list[tu
         if t in marks:
             with torch.no_grad():
                 r, tl = risk(params, frozen), losses(params, frozen, X, Y, own)
-            rows += [{"n": int(n[i]), "width": width, "depth": depth, "seed": s, "step": t,
+            rows += [{"n": n_i, "width": width, "depth": depth, "seed": s, "step": t,
                       "excess_risk": float(r[i]), "train_loss": float(tl[i]), "batch": int(b[i]),
                       "model_size": shape.size, "compute": shape.size * t * int(b[i])}
-                     for i, (_, s) in enumerate(students)]
+                     for i, (n_i, s) in enumerate(students)]
         if t == cfg.steps:
             break
-        # each student's batch: b_i distinct indices among its own n_i examples (n_i draws from its own stream,
-        # so that the batches do not depend on the other students or on the largest N)
-        keys = torch.full((len(students), X.shape[1]), 2.0)
-        for row, g, (n_i, _) in zip(keys, gens, students):
-            row[:n_i] = torch.rand(n_i, generator=g)
-        idx = keys.argsort(-1)[:, : len(slots)]
+        idx = _batches(gens, students, X.shape[1], len(slots))
         leaves = {k: v.detach().requires_grad_() for k, v in params.items()}
         g = torch.autograd.grad(losses(leaves, frozen, _rows(X, idx), _rows(Y, idx), weights).sum(),
                                 list(leaves.values()))
         params = {k: v.detach() - cfg.lr * gk for (k, v), gk in zip(leaves.items(), g)}
         advance(1)
     return pd.DataFrame(rows)
+
+
+def _batches(gens: list[torch.Generator], students: list[tuple[int, int]], n_max: int, size: int) -> torch.Tensor:
+    """Each student's mini-batch: `size` indices whose first b_i are distinct among its own n_i examples, drawn
+    from its own stream (n_i numbers a step), so they depend neither on the other students nor on the largest N."""
+    keys = torch.full((len(students), n_max), 2.0)
+    for row, g, (n_i, _) in zip(keys, gens, students):
+        row[:n_i] = torch.rand(n_i, generator=g)
+    return keys.argsort(-1)[:, :size]
 
 
 def _rows(T: torch.Tensor, idx: torch.Tensor) -> torch.Tensor:
@@ -408,15 +412,11 @@ def report(runs: list[Run]) -> Section:
     """The report section: the verdicts each finished run wrote into its summary.csv (the last run wins)."""
     section = Section(COMMAND, TITLE)
     claims = {law: Claim(where, theory) for law, (theory, where) in THEORY.items()}
-    for run in runs:
-        verdicts = run.csv("summary.csv")
-        if verdicts is None or not {"law", "measured", "verdict"} <= set(verdicts):
-            section.skip(run, "has no readable summary.csv")
-            continue
+    for run, verdicts in section.readable(runs, "summary.csv", columns=("law", "measured", "verdict"),
+                                          figure="scaling_law.png"):
         for row in verdicts.itertuples():
             if row.law in claims:
                 claims[row.law] = Claim(claims[row.law].claim, claims[row.law].paper, str(row.measured), run.source,
                                         str(row.verdict))
-        section.figure(run, "scaling_law.png")
     section.claims = list(claims.values())
     return section
