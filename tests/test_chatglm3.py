@@ -165,17 +165,15 @@ def test_native_glm_equals_chatglm3_reference_in_float64(glm_dir, padded, monkey
         assert (batch["attention_mask"] == 0).any() and (batch["attention_mask"][:, -1] == 1).all()  # left padding
     want = reference_logits(glm_dir, model.score.weight, batch["input_ids"], batch["attention_mask"])
     assert head == ["score.weight"]
-    # as transformers ships it: RMSNorm always normalises in float32, so float64 agrees to float32 rounding,
-    # and GLM's positions 0 … L−1 (what fine-tuning feeds) differ from ChatGLM3's by a shift that rotary
-    # scores ignore up to that rounding
+    # as transformers ships it, RMSNorm always normalises in float32, so float64 agrees to float32 rounding
     assert torch.allclose(glm_logits(model, batch), want, rtol=0, atol=1e-6)
-    # with that one float32 step in float64 instead, and ChatGLM3's position ids, the two agree to 1e-10
+    # with that one float32 step in float64 instead, the two agree to 1e-10 (the loader numbers positions from
+    # the first real token, as ChatGLM3's tokenizer does; passing them explicitly changes nothing)
     monkeypatch.setattr(GlmRMSNorm, "forward", lambda self, x: self.weight * x * torch.rsqrt(
         x.pow(2).mean(-1, keepdim=True) + self.variance_epsilon))
-    got = glm_logits(model, batch, positions=True)
+    got = glm_logits(model, batch)
     assert got.dtype == torch.float64 and torch.allclose(got, want, rtol=0, atol=1e-10), (got - want).abs().max()
-    if not padded:
-        assert torch.allclose(glm_logits(model, batch), want, rtol=0, atol=1e-10)
+    assert torch.equal(glm_logits(model, batch, positions=True), got)
 
 
 @pytest.mark.parametrize("layout", ["sharded", "bin"])
@@ -279,3 +277,28 @@ def test_unsupported_chatglm_variant_and_broken_loading_are_one_line(tmp_path, g
     r = invoke("finetune", RECIPES / "minilm_rte.yaml", "--set", f"data.path={tmp_path / 'rte'}", "--device", "cpu",
                "--out", tmp_path / "broken")
     assert_one_line_error(r, "all_tied_weights_keys", f"transformers {transformers.__version__}")
+
+
+def test_padded_queries_cannot_reach_the_visible_rows_once_k_crosses_zero(glm_dir):
+    """With k < 0 a padded query's φ(Q)Z/φ(Q)k is unbounded (in float16 it overflowed and, through the next
+    layer's values, turned every logit of the padded sequence into NaN): the adapter zeroes those rows, so
+    the padded sequence gets the logits it gets alone, and float16 stays finite."""
+    batch = encode(glm_dir, padded=True)
+    real = batch["attention_mask"][0] == 1
+    alone = {"input_ids": batch["input_ids"][:1, real], "attention_mask": batch["attention_mask"][:1, real]}
+    for dtype, rel in ((torch.float32, 1e-4), (torch.float16, None)):
+        model = inject(load_chatglm3(str(glm_dir), 2, dtype)[0], "ntk", init="zeros").model
+        g = torch.Generator().manual_seed(0)
+        with torch.no_grad():
+            for name, p in model.named_parameters():
+                if "ntk_" in name:
+                    p.copy_(10 * torch.randn(p.shape, generator=g) if name.endswith("ntk_Z")
+                            else -1e-6 * torch.rand(p.shape, generator=g))
+            logits, single = model(**batch).logits, model(**alone).logits
+        assert torch.isfinite(logits).all(), dtype
+        if rel is not None:
+            assert close(logits[0], single[0], rel)
+
+
+def close(a: torch.Tensor, b: torch.Tensor, rel: float) -> bool:
+    return bool((a - b).norm() <= rel * b.norm())

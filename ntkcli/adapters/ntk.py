@@ -14,7 +14,7 @@ import torch
 from pydantic import Field
 from torch import Tensor, nn
 
-from ..attention import FEATURE_MAPS, compress_prefix, feature_map, ntk_attention
+from ..attention import FEATURE_MAPS, attention_lse, compress_prefix, feature_map, ntk_combine
 from .common import HeadShape, Options, module_device, random_prefix, repeat_kv
 
 NAME = "ntk"
@@ -59,6 +59,11 @@ def forward(module: nn.Module, q: Tensor, k: Tensor, v: Tensor, *, mask: Tensor 
             is_causal: bool) -> Tensor:
     """Algorithm 1 with this module's (Z, k), each key/value head's pair shared by its query heads."""
     groups = q.shape[1] // module.ntk_Z.shape[0]
-    return ntk_attention(q, k, v, repeat_kv(module.ntk_Z, groups, 0), repeat_kv(module.ntk_k, groups, 0),
-                         feature_map=module.ntk_feature_map, scale=scale, attn_mask=mask, is_causal=is_causal,
-                         log_scale=repeat_kv(module.ntk_log_scale, groups, 0))
+    mean, lse = attention_lse(q, k, v, scale=scale, attn_mask=mask, is_causal=is_causal)
+    f, c = module.ntk_feature_map(q.to(torch.promote_types(q.dtype, torch.float32)) * math.sqrt(scale))
+    out = ntk_combine(mean, lse, f, c, repeat_kv(module.ntk_Z, groups, 0), repeat_kv(module.ntk_k, groups, 0),
+                      repeat_kv(module.ntk_log_scale, groups, 0))
+    # a padded query (no visible input key) is zero, as SDPA gives: its φ(Q)Z/φ(Q)k is unbounded once k is
+    # trained (φ(Q)k can cross zero), and in half precision an overflowed row reaches the next layer's
+    # visible rows through its values
+    return out.masked_fill((lse == -math.inf).unsqueeze(-1), 0.0)

@@ -135,9 +135,8 @@ def ntk_combine(mean: Tensor, lse: Tensor, f: Tensor, c: Tensor, Z: Tensor, kvec
     top = torch.maximum(lse.to(wd), g)
     alpha, beta = torch.exp(lse.to(wd) - top), torch.exp(g - top)
     den = alpha + beta * (f @ kvec.unsqueeze(-1)).squeeze(-1)
-    # a row that sees no input key (a padded query) is zero, as SDPA gives, and not φ(Q)Z/φ(Q)k: trained k
-    # can make φ(Q)k ≈ 0 or negative there, and the blown-up row would poison the next layer through V
-    empty = (lse == NEG_INF) | (den == 0)
+    # a row that sees neither an input key nor the prefix (den = 0, e.g. Z = k = 0 on a padded query) is zero
+    empty = den == 0
     den = den.masked_fill(empty, 1.0)
     a, b = (alpha / den).masked_fill(empty, 0.0), (beta / den).masked_fill(empty, 0.0)
     # T = (alpha·mean + beta·φ(Q)Z) / den, per-row factors first: two passes over [.., L, dv]
@@ -153,7 +152,7 @@ def ntk_attention(q: Tensor, k: Tensor, v: Tensor, Z: Tensor, kvec: Tensor, *,
     q, k, v: [B, H, L, d] (k, v may have another length); Z: [H, dφ, dv]; kvec: [H, dφ];
     φ is applied to √s·q, so that φ(√s q)·φ(√s k) ≈ exp(s q·k) for the exp-approximating maps;
     log_scale ([H] or scalar) multiplies Z and k by exp(log_scale) without overflow.
-    A row whose input keys are all masked (a padded query) is zero, as SDPA gives.
+    A row whose input keys are all masked sees the prefix alone, φ(Q)Z / φ(Q)k, or is zero where φ(Q)k = 0.
     """
     scale = q.shape[-1] ** -0.5 if scale is None else scale
     mean, lse = attention_lse(q, k, v, scale=scale, attn_mask=attn_mask, is_causal=is_causal)

@@ -147,7 +147,18 @@ def load_chatglm3(source: str, num_labels: int, dtype: torch.dtype) -> tuple[nn.
         raise ValueError(f"the checkpoint lacks backbone weights ({sorted(heads - {'score'})[0]} …)")
     model.score = nn.Linear(config.hidden_size, num_labels, bias=False, dtype=torch.promote_types(dtype, torch.float32))
     nn.init.normal_(model.score.weight, std=config.initializer_range)
+    model.model.register_forward_pre_hook(_positions_after_padding, with_kwargs=True)
     return model, missing
+
+
+def _positions_after_padding(module: nn.Module, args: tuple, kwargs: dict) -> tuple[tuple, dict]:
+    """Position ids as ChatGLM3's tokenizer gives them: 0, 1, … from the first real token of a left-padded
+    sequence (GLM would count the padding). Rotary attention scores do not see the shift, but a prefix does:
+    ntk's φ(Q) and ptuning-v2's Q·P_K depend on each query's absolute rotation."""
+    mask = kwargs.get("attention_mask")
+    if kwargs.get("position_ids") is None and mask is not None and mask.dim() == 2:
+        kwargs["position_ids"] = (mask.long().cumsum(-1) - 1).clamp(min=0)
+    return args, kwargs
 
 
 def load_tokenizer(source: str):
