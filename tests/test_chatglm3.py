@@ -302,3 +302,17 @@ def test_padded_queries_cannot_reach_the_visible_rows_once_k_crosses_zero(glm_di
 
 def close(a: torch.Tensor, b: torch.Tensor, rel: float) -> bool:
     return bool((a - b).norm() <= rel * b.norm())
+
+
+def test_an_fp16_scaler_that_skips_every_step_is_an_error(tmp_path, glm_dir, monkeypatch):
+    """The grad scaler skipping every optimizer step (overflowing gradients) leaves the weights untouched:
+    reported as one line, never a summary of an untrained model."""
+    from accelerate import Accelerator
+
+    monkeypatch.setattr(Accelerator, "optimizer_step_was_skipped", property(lambda self: True))
+    data = write_rte(tmp_path / "rte", "superglue")
+    r = invoke("finetune", RECIPES / "chatglm_rte.yaml", "--set", f"model.name_or_path={glm_dir}",
+               "--set", f"data.path={data}", "--device", "cpu", "--set", "seeds=[0]", "--set", "train.epochs=2",
+               "--set", "methods=[{method: ntk}]", "--out", tmp_path)
+    assert_one_line_error(r, "method ntk, seed 0", "skipped all 2 optimizer steps", "nothing recorded")
+    assert no_results(tmp_path)
