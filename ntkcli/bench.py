@@ -103,6 +103,45 @@ def prefix_scaling(log2ms: list[int], B: int = 1, H: int = 12, L: int = 128, d: 
     return pd.DataFrame(rows)
 
 
+def _training_case(block: int, L: int, B: int, H: int, d: int, device: str, out: mp.Queue) -> None:
+    """One forward + backward of ntk_attention in this (fresh) process: seconds and peak memory rise."""
+    from .attention import core
+
+    core.BACKWARD_BLOCK = block
+    q, k, v, Z, kvec = (t.requires_grad_() for t in _inputs(B, H, L, d, device))
+    if device == "cuda":
+        torch.cuda.reset_peak_memory_stats()
+    base = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    t0 = time.perf_counter()
+    ntk_attention(q, k, v, Z, kvec, is_causal=True).sum().backward()
+    seconds = time.perf_counter() - t0
+    if device == "cuda":
+        peak = torch.cuda.max_memory_allocated() / 2 ** 20
+    else:
+        peak = (resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - base) / 1024
+    out.put((seconds, peak))
+
+
+def training_memory(lengths: list[int], B: int = 1, H: int = 12, d: int = 64, device: str = "cpu") -> pd.DataFrame:
+    """Peak memory of one causal forward + backward against L: the backward in one block (the L × L
+    probabilities at once, as before) and in blocks of core.BACKWARD_BLOCK score entries per head."""
+    from .attention import core
+
+    ctx = mp.get_context("spawn")
+    rows = []
+    for L in lengths:
+        res = {}
+        for name, block in (("one_block", 1 << 62), ("blocked", core.BACKWARD_BLOCK)):
+            queue = ctx.Queue()
+            proc = ctx.Process(target=_training_case, args=(block, L, B, H, d, device, queue))
+            proc.start()
+            res[name] = queue.get()
+            proc.join()
+        rows.append({"L": L, "one_block_ms": 1e3 * res["one_block"][0], "blocked_ms": 1e3 * res["blocked"][0],
+                     "one_block_peak_mib": res["one_block"][1], "blocked_peak_mib": res["blocked"][1]})
+    return pd.DataFrame(rows)
+
+
 def approx_error_wall_time(max_log2m: int = 18) -> pd.DataFrame:
     """Wall time of the CPU-default approx-error recipe per m (total_seconds: the whole run), in a fresh
     temporary run."""
@@ -228,6 +267,9 @@ SUITES = {
     "prefix": Suite(partial(prefix_scaling, list(range(10, 19))), "prefix.csv",
                     "ntk_attention vs exact SDPA over [prefix; input] (B=1, H=12, L=128, d=64; peak MiB: rise of max "
                     "RSS on CPU, max allocated on CUDA)", True),
+    "training-memory": Suite(partial(training_memory, [512, 1024, 2048, 4096]), "training_memory.csv",
+                             "causal forward + backward of ntk_attention (B=1, H=12, d=64): peak MiB against L, "
+                             "backward in one block vs in blocks", True),
     "approx-error": Suite(approx_error_wall_time, "approx_error_time.csv",
                           "approx-error CPU default at --max-log2m 18: seconds per m (stream + methods), total_seconds "
                           "for the whole run", False),

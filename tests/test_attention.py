@@ -253,3 +253,29 @@ def test_infinite_limit_approaches_exact_prefix_in_unit_score_regime():
     mean1, _ = next(prefix_stats(q * 4, P @ w_k1, P @ w_v1, scale=d ** -0.5))
     mean1_inf, _ = infinite_prefix_limit(q * 4, w_k1, w_v1, sigma=1.0, scale=d ** -0.5, m=m)
     assert ((mean1 - mean1_inf) ** 2).sum() / (mean1 ** 2).sum() > 0.5
+
+
+@pytest.mark.parametrize("kwargs", [{}, {"is_causal": True}, {"mask": True}, {"mask": True, "is_causal": True}])
+def test_backward_in_query_blocks_equals_one_block(monkeypatch, kwargs):
+    """The backward walks query rows in blocks (memory L·block, not L²): any block size gives the same
+    gradients (float64), masks and the causal offset of each block included, with Lq ≠ Lk."""
+    import ntkcli.attention.core as core
+
+    g = torch.Generator().manual_seed(5)
+    q, k, v = (torch.randn(2, 3, n, 4, generator=g, dtype=F64) for n in (7, 9, 9))
+    keep = torch.rand(2, 1, 7, 9, generator=g) > 0.3
+    args = {"is_causal": kwargs.get("is_causal", False), "attn_mask": keep if kwargs.get("mask") else None}
+    Z, kv = torch.randn(3, 4, 4, generator=g, dtype=F64), torch.rand(3, 4, generator=g, dtype=F64) + 0.1
+    weights = torch.randn(2, 3, 7, 4, generator=g, dtype=F64)
+
+    def grads():
+        leaves = [t.clone().requires_grad_() for t in (q, k, v, Z, kv)]
+        (ntk_attention(*leaves, **args) * weights).sum().backward()
+        return [t.grad for t in leaves]
+
+    whole = grads()
+    for block in (1, 9, 20):  # one row, one row of 9 keys, two rows per block
+        monkeypatch.setattr(core, "BACKWARD_BLOCK", block)
+        for a, b in zip(grads(), whole):
+            assert torch.allclose(a, b, rtol=1e-12, atol=1e-12)
+    assert torch.autograd.gradcheck(lambda *t: ntk_attention(*t, **args), [t.clone().requires_grad_() for t in (q, k, v, Z, kv)])

@@ -30,11 +30,15 @@ def _work_dtype(dtype: torch.dtype) -> torch.dtype:
     return torch.float32 if dtype in (torch.float16, torch.bfloat16) else dtype
 
 
-def _scores(q: Tensor, k: Tensor, scale: float, mask: Tensor | None, is_causal: bool) -> Tensor:
+BACKWARD_BLOCK = 1 << 16  # score entries per (batch, head) that the backward holds at once
+
+
+def _scores(q: Tensor, k: Tensor, scale: float, mask: Tensor | None, is_causal: bool, first_row: int = 0) -> Tensor:
+    """s·QKᵀ + M for the query rows first_row … first_row + len(q) − 1 (the causal mask is top-left, as SDPA's)."""
     s = (q @ k.transpose(-1, -2)) * scale
     if is_causal:
         L, S = s.shape[-2:]
-        s = s.masked_fill(torch.ones(L, S, dtype=torch.bool, device=s.device).triu(1), NEG_INF)  # as SDPA: top-left
+        s = s.masked_fill(torch.ones(L, S, dtype=torch.bool, device=s.device).triu(1 + first_row), NEG_INF)
     return s if mask is None else s + mask
 
 
@@ -64,7 +68,8 @@ class _AttentionLSE(torch.autograd.Function):
 
     The forward uses PyTorch's fused CPU flash kernel where it applies (it returns the lse but does
     not differentiate it); the backward recomputes the probabilities P and uses
-    dS = P ∘ (dO·Vᵀ − rowsum(dO ∘ O) + d_lse), which covers both outputs at once.
+    dS = P ∘ (dO·Vᵀ − rowsum(dO ∘ O) + d_lse), which covers both outputs at once. It walks the query
+    rows in blocks of BACKWARD_BLOCK score entries, so training memory grows as L·block, not L².
     """
 
     @staticmethod
@@ -78,12 +83,20 @@ class _AttentionLSE(torch.autograd.Function):
     def backward(ctx, g_out, g_lse):
         q0, k0, v0, mask, out, lse = ctx.saved_tensors
         wd = _work_dtype(q0.dtype)
-        q, k, v, out, g_out, g_lse = (t.to(wd) for t in (q0, k0, v0, out, g_out, g_lse))
-        p = _softmax_weights(_scores(q, k, ctx.scale, mask, ctx.is_causal), lse.to(wd))
-        ds = p * (g_out @ v.transpose(-1, -2) - (g_out * out).sum(-1, keepdim=True) + g_lse.unsqueeze(-1))
-        dq = (ds @ k) * ctx.scale
-        dk = (ds.transpose(-1, -2) @ q) * ctx.scale
-        dv = p.transpose(-1, -2) @ g_out
+        q, k, v, out, g_out, g_lse, lse = (t.to(wd) for t in (q0, k0, v0, out, g_out, g_lse, lse))
+        L, rows = q.shape[-2], max(1, BACKWARD_BLOCK // max(1, k.shape[-2]))
+        dq, dk, dv = [], 0, 0
+        for i in range(0, L, rows):
+            block = slice(i, i + rows)
+            m = None if mask is None else (mask if mask.shape[-2] == 1 else mask[..., block, :])
+            p = _softmax_weights(_scores(q[..., block, :], k, ctx.scale, m, ctx.is_causal, i), lse[..., block])
+            g = g_out[..., block, :]
+            ds = p * (g @ v.transpose(-1, -2) - (g * out[..., block, :]).sum(-1, keepdim=True)
+                      + g_lse[..., block].unsqueeze(-1))
+            dq.append((ds @ k) * ctx.scale)
+            dk = dk + (ds.transpose(-1, -2) @ q[..., block, :]) * ctx.scale
+            dv = dv + p.transpose(-1, -2) @ g
+        dq = torch.cat(dq, dim=-2)
         return dq.to(q0.dtype), dk.to(k0.dtype), dv.to(v0.dtype), None, None, None
 
 
