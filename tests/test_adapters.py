@@ -174,3 +174,27 @@ def test_freeze_backbone_keeps_only_the_head():
     assert {n for n, p in model.named_parameters() if p.requires_grad} == {"classifier.weight", "classifier.bias"}
     register(ntk)
     register(ntk)  # registering twice is harmless
+
+
+@pytest.mark.parametrize("peft_type, own", [("IA3", "ia3_"), ("PROMPT_TUNING", "prompt_encoder")])
+def test_a_peft_entry_trains_only_its_method_and_the_head(peft_type, own):
+    """`{method: peft, peft_type: …}` builds the method from peft's own config class (no code of ours per
+    method): after one step only that method's tensors and the task head have moved."""
+    options = {"num_virtual_tokens": 4} if peft_type == "PROMPT_TUNING" else {}
+    model = inject(tiny("bert"), "peft", peft_type=peft_type, **options).model
+    trainable = {n for n, p in model.named_parameters() if p.requires_grad}
+    assert trainable and all(own in n or "classifier" in n for n in trainable), trainable
+    assert any(own in n for n in trainable) and any("classifier" in n for n in trainable)
+    before = {n: p.detach().clone() for n, p in model.named_parameters()}
+    loss = model(**batch("bert"), labels=torch.tensor([0, 1, 2])).loss
+    loss.backward()
+    torch.optim.SGD([p for p in model.parameters() if p.requires_grad], lr=0.5).step()
+    moved = {n for n, p in model.named_parameters() if not torch.equal(p, before[n])}
+    assert moved <= trainable and any(own in n for n in moved) and any("classifier" in n for n in moved)
+
+
+def test_a_bad_peft_entry_is_refused_with_its_reason():
+    with pytest.raises(ValueError, match="unknown peft_type"):
+        inject(tiny("bert"), "peft", peft_type="NOPE")
+    with pytest.raises(ValueError, match="IA3Config has no field 'rank'"):
+        inject(tiny("bert"), "peft", peft_type="IA3", rank=3)

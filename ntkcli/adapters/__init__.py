@@ -14,12 +14,12 @@ from pathlib import Path
 import torch
 from torch import nn
 
-from . import lora, ntk, ptuning_v2
+from . import lora, ntk, peft_any, ptuning_v2
 from .common import Adapter, Options, attention_modules, count_parameters, freeze_backbone, head_shape, register
 
 INTERFACE_METHODS: dict[str, Adapter] = {ntk.NAME: ntk, ptuning_v2.NAME: ptuning_v2}
 OPTIONS: dict[str, type[Options]] = {**{name: m.OPTIONS for name, m in INTERFACE_METHODS.items()},
-                                     lora.NAME: lora.LoraOptions, "fft": Options}
+                                     lora.NAME: lora.LoraOptions, peft_any.NAME: peft_any.PeftOptions, "fft": Options}
 METHODS = tuple(OPTIONS)
 
 
@@ -53,6 +53,8 @@ def inject(model: nn.Module, method: str, **options) -> Injected:
         model.requires_grad_(True)
     elif method == lora.NAME:
         model = lora.inject(model, opts)
+    elif method == peft_any.NAME:
+        model = peft_any.inject(model, opts)
     else:
         freeze_backbone(model)
         _inject_attention(model, INTERFACE_METHODS[method], opts)

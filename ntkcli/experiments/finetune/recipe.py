@@ -6,7 +6,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import Field, model_validator
 
-from ...adapters import lora, ntk, ptuning_v2
+from ...adapters import lora, ntk, peft_any, ptuning_v2
 from ...adapters.common import Options
 from ...recipes import Recipe, Section, Seed
 
@@ -94,11 +94,18 @@ class LoraMethod(lora.LoraOptions, _MethodCommon):
     method: Literal["lora"]
 
 
+class PeftMethod(peft_any.PeftOptions, _MethodCommon):
+    """Any peft method: peft_type and that method's config fields."""
+
+    model_config = peft_any.PeftOptions.model_config
+    method: Literal["peft"]
+
+
 class FFTMethod(Options, _MethodCommon):
     method: Literal["fft"]
 
 
-MethodSpec = Annotated[NTKMethod | PTuningMethod | LoraMethod | FFTMethod, Field(discriminator="method")]
+MethodSpec = Annotated[NTKMethod | PTuningMethod | LoraMethod | PeftMethod | FFTMethod, Field(discriminator="method")]
 
 
 def method_label(spec) -> str:
@@ -109,6 +116,8 @@ def method_label(spec) -> str:
         return f"ptuning-v2 m={spec.prefix_length}"
     if spec.method == "lora":
         return f"lora r={spec.r}"
+    if spec.method == "peft":
+        return f"peft {spec.peft_type.lower()}"
     return spec.method
 
 
