@@ -5,7 +5,7 @@ NTK    := $(VENV)/bin/ntk
 STAMP  := $(VENV)/.installed
 PIP    := $(PY) -m pip install --quiet --disable-pip-version-check -c constraints.txt
 
-.PHONY: install test reproduce reproduce-paper bench clean
+.PHONY: install test reproduce reproduce-paper bench gpu-check clean
 
 install: $(STAMP)
 
@@ -36,6 +36,11 @@ reproduce-paper: install
 
 bench: install
 	$(NTK) bench
+
+# The GPU check (scripts/gpu_check.sh): DEVICE=cpu runs the same steps on the CPU.
+DEVICE ?= cuda
+gpu-check: install
+	DEVICE=$(DEVICE) NTK=$(NTK) PY=$(PY) bash scripts/gpu_check.sh
 
 clean:
 	find outputs -mindepth 1 ! -name .gitkeep -exec rm -rf {} +
