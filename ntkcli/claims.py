@@ -12,6 +12,8 @@ from typing import Iterator
 import numpy as np
 import pandas as pd
 
+from .errors import first_line
+
 REPRODUCED, NOT_REPRODUCED, NOT_RUN = "reproduced", "not reproduced", "not run at this scale"
 
 
@@ -64,8 +66,7 @@ class Section:
         try:
             yield
         except Exception as err:  # noqa: BLE001 — any malformed value in any file
-            first = str(err).splitlines()[0] if str(err) else "no detail"
-            self.skip(run, f"could not be read ({type(err).__name__}: {first})")
+            self.skip(run, f"could not be read ({type(err).__name__}: {first_line(err)})")
 
     def frame(self) -> pd.DataFrame:
         return pd.DataFrame([(c.claim, c.paper, c.measured, c.source, c.verdict) for c in self.claims],

@@ -3,3 +3,8 @@
 
 class UserError(Exception):
     """Bad input from the user (recipe, flag, path, device); the message is one sentence."""
+
+
+def first_line(err: BaseException) -> str:
+    """An exception's message cut to its first line (its type's name when it has none), for one-line errors."""
+    return str(err).splitlines()[0] if str(err).strip() else type(err).__name__

@@ -20,7 +20,7 @@ import torch
 import yaml
 
 from . import __version__
-from .errors import UserError
+from .errors import UserError, first_line
 from .recipes import Recipe
 
 
@@ -180,7 +180,7 @@ class Run:
         try:
             return pd.read_csv(path)
         except (OSError, UnicodeDecodeError, pd.errors.EmptyDataError, pd.errors.ParserError) as err:
-            raise UserError(f"cannot resume from {path}: {str(err).splitlines()[0]}; pass --fresh to discard it") from None
+            raise UserError(f"cannot resume from {path}: {first_line(err)}; pass --fresh to discard it") from None
 
     @property
     def source(self) -> str:

@@ -85,7 +85,7 @@ def set_task_head(model: nn.Module, names: list[str] | None) -> None:
     own = dict(model.named_parameters())
     names = [n for n in names or () if n in own] or [n for n in own if set(n.split(".")) & set(HEAD_MODULES)]
     setattr(model, TASK_HEAD, sorted(names))
-    for module_name in sorted({n.rpartition(".")[0] for n in names}):
+    for module_name in head_modules(model):
         module = model.get_submodule(module_name)
         if any(p.dtype in (torch.float16, torch.bfloat16) for p in module.parameters(recurse=False)):
             module.float()
@@ -98,6 +98,11 @@ def task_head(model: nn.Module) -> list[str]:
     if recorded is None:
         set_task_head(model, None)
     return getattr(model, TASK_HEAD)
+
+
+def head_modules(model: nn.Module) -> list[str]:
+    """The names of the modules holding the task head's parameters."""
+    return sorted({name.rpartition(".")[0] for name in task_head(model)})
 
 
 def freeze_backbone(model: nn.Module) -> None:

@@ -5,7 +5,7 @@ from __future__ import annotations
 from pydantic import Field
 from torch import nn
 
-from .common import Options, task_head
+from .common import Options, head_modules
 
 NAME = "lora"
 # (projection names) per architecture family, tried in order: BERT/ViT, Llama/Qwen/GLM (ChatGLM3 too)/…, GPT-2
@@ -31,7 +31,7 @@ def inject(model: nn.Module, opts: LoraOptions) -> nn.Module:
     """The model wrapped by peft: LoRA on the targets, the task head trained in full."""
     from peft import LoraConfig, get_peft_model
 
-    head = sorted({name.rpartition(".")[0] for name in task_head(model)})
+    head = head_modules(model)
     config = LoraConfig(r=opts.r, lora_alpha=opts.alpha, lora_dropout=opts.dropout,
                         target_modules=opts.target_modules or default_targets(model), modules_to_save=head or None)
     return get_peft_model(model, config)

@@ -12,7 +12,8 @@ import dataclasses
 from pydantic import ConfigDict, Field, model_validator
 from torch import nn
 
-from .common import Options, task_head
+from ..errors import first_line
+from .common import Options, head_modules
 
 NAME = "peft"
 
@@ -43,7 +44,7 @@ class PeftOptions(Options):
         try:
             return cls(**fields)
         except (TypeError, ValueError) as err:
-            raise ValueError(f"{cls.__name__}: {str(err).splitlines()[0]}") from None
+            raise ValueError(f"{cls.__name__}: {first_line(err)}") from None
 
 
 OPTIONS = PeftOptions
@@ -53,4 +54,4 @@ def inject(model: nn.Module, opts: PeftOptions) -> nn.Module:
     """The model wrapped by peft with this entry's method; the task head trained in full."""
     from peft import get_peft_model
 
-    return get_peft_model(model, opts.config(sorted({name.rpartition(".")[0] for name in task_head(model)})))
+    return get_peft_model(model, opts.config(head_modules(model)))

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING
 import torch
 
 from ..adapters.common import set_task_head
-from ..errors import UserError
+from ..errors import UserError, first_line
 from . import chatglm3
 
 if TYPE_CHECKING:
@@ -40,9 +40,8 @@ def source_of(spec: ModelSpec, source: str | None = None) -> str | None:
 def _failure(what: str, err: Exception) -> UserError:
     import transformers
 
-    first = str(err).splitlines()[0] if str(err) else type(err).__name__
     return UserError(f"{what} cannot be loaded with transformers {transformers.__version__} (not found offline, "
-                     f"or not a classification model): {first}")
+                     f"or not a classification model): {first_line(err)}")
 
 
 def load_model(spec: ModelSpec, image: bool, num_labels: int, source: str | None = None):
@@ -100,5 +99,4 @@ def load_tokenizer(spec: ModelSpec):
     except UserError:
         raise
     except Exception as err:  # noqa: BLE001
-        first = str(err).splitlines()[0] if str(err) else type(err).__name__
-        raise UserError(f"tokenizer {where!r} cannot be loaded offline: {first}") from None
+        raise UserError(f"tokenizer {where!r} cannot be loaded offline: {first_line(err)}") from None

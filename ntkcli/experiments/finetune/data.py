@@ -15,7 +15,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from ...errors import UserError
+from ...errors import UserError, first_line
 from .recipe import DataSpec
 
 SPLIT_FILES = {"train": ("train",), "validation": ("validation", "val", "dev"), "test": ("test",)}
@@ -51,12 +51,12 @@ def _load(spec: DataSpec, split: str):
         try:
             return load_dataset(builder, split="train", **kwargs)
         except Exception as err:  # noqa: BLE001 — any parser failure is the user's file
-            raise UserError(f"cannot read {split} data from {path}: {str(err).splitlines()[0]}") from None
+            raise UserError(f"cannot read {split} data from {path}: {first_line(err)}") from None
     try:
         return load_dataset(spec.name, spec.config, split=split)
     except Exception as err:  # noqa: BLE001 — offline, unknown name, unknown split: all one clear line
         raise UserError(f"data set {spec.name!r} ({spec.config or 'default'}, split {split}) is not reachable: "
-                        f"{str(err).splitlines()[0] if str(err) else type(err).__name__} "
+                        f"{first_line(err)} "
                         "(offline? use --set data.path=DIR with local files)") from None
 
 
