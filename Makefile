@@ -5,7 +5,7 @@ NTK    := $(VENV)/bin/ntk
 STAMP  := $(VENV)/.installed
 PIP    := $(PY) -m pip install --quiet --disable-pip-version-check -c constraints.txt
 
-.PHONY: install test reproduce reproduce-paper bench gpu-check clean
+.PHONY: install test reproduce superglue reproduce-paper bench gpu-check clean
 
 install: $(STAMP)
 
@@ -18,12 +18,23 @@ $(STAMP): pyproject.toml constraints.txt
 test: install
 	HF_HUB_OFFLINE=1 $(PY) -m pytest
 
+# SuperGLUE: empty reads the hub's aps/super_glue; a folder of the official files (<Task>/train.jsonl, val.jsonl)
+# reads them there, offline (.ci/run passes the shared copy).
+SUPERGLUE_DIR ?=
+SUPERGLUE := $(if $(SUPERGLUE_DIR),HF_HUB_OFFLINE=1 $(NTK) superglue --set data.path=$(abspath $(SUPERGLUE_DIR)),$(NTK) superglue)
+
 # Every experiment at its CPU scale, then the report; a re-run resumes and skips finished points.
 reproduce: install
 	$(NTK) approx-error recipes/approx_error.yaml
 	$(NTK) convergence recipes/convergence.yaml
 	HF_HUB_OFFLINE=1 $(NTK) finetune recipes/digits_vit.yaml
 	$(NTK) scaling-law recipes/scaling_law.yaml
+	$(SUPERGLUE) recipes/superglue_slice.yaml
+	$(NTK) report outputs
+
+# Table 2 at MiniLM scale, the full suite (under an hour on 2 CPU cores; resumable), then the report.
+superglue: install
+	$(SUPERGLUE) recipes/superglue_minilm.yaml
 	$(NTK) report outputs
 
 # The papers' scales, for a GPU machine with the model hub.

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from .claims import NOT_REPRODUCED, NOT_RUN, REPRODUCED, Section
+from .claims import NOT_REPRODUCED, REFUTED, REPRODUCED, VERDICTS, Section
 from .experiments import Experiment, registry
 from .runs import Run
 
@@ -57,7 +57,7 @@ def to_markdown(sections: list[Section], outputs: Path) -> str:
     counts = claims_table(sections).verdict.str.split(" \\(").str[0].value_counts()
     out = ["# Reproduction report", "",
            "Each paper claim beside our measurement. Verdicts: " +
-           ", ".join(f"{counts.get(v, 0)} {v}" for v in (REPRODUCED, NOT_REPRODUCED, NOT_RUN)) + ".", ""]
+           ", ".join(f"{counts.get(v, 0)} {v}" for v in VERDICTS) + ".", ""]
     for s in sections:
         out += [f"## `ntk {s.command}`: {s.title}", "", _md_table(s.frame()), ""]
         for caption, table in s.tables:
@@ -77,7 +77,7 @@ def _html_table(df: pd.DataFrame, verdicts: bool = False) -> str:
     rows = []
     for r in df.itertuples(index=False):
         v = str(r[-1])
-        cls = "reproduced" if v.startswith(REPRODUCED) else "not-reproduced" if v.startswith(NOT_REPRODUCED) \
+        cls = "reproduced" if v.startswith(REPRODUCED) else "not-reproduced" if v.startswith((NOT_REPRODUCED, REFUTED)) \
             else "not-run"
         attr = f' class="{cls}"' if verdicts else ""
         rows.append(f"<tr{attr}>" + "".join(f"<td>{html.escape(str(x))}</td>" for x in r) + "</tr>")

@@ -9,7 +9,7 @@ import matplotlib.pyplot as plt
 import numpy as np
 import pandas as pd
 
-from ntkcli import report
+from ntkcli import claims, report
 from conftest import assert_one_line_error, invoke
 
 
@@ -73,18 +73,18 @@ def test_every_section_renders_with_its_figures(tmp_path):
 def test_verdicts_follow_the_measurements(tmp_path):
     got = verdicts(report.build(fixture_tree(tmp_path / "a")))
     assert got["NTK-Attention's error grows only ~100× while m grows ~131,000× (2^1 → 2^17) — W entries std 0.125"] \
-        == report.REPRODUCED
-    assert got["Table 1: NTK-ViT on CIFAR-100"] == report.REPRODUCED  # 91.0 vs 91.69
-    assert got["Table 1: FFT-ViT on CIFAR-100"] == report.NOT_REPRODUCED  # 70 vs 85.15
-    assert got["Table 1: NTK-ViT on Food-101"] == report.NOT_RUN
-    assert got["Thm 7.2 data law"] == report.REPRODUCED
-    assert got["Thm 7.1 breakpoint"] == report.NOT_RUN
-    assert all(v == report.REPRODUCED for k, v in got.items() if k.startswith(("Thm 3.10", "Thm 5.5")))
+        == claims.REPRODUCED
+    assert got["Table 1: NTK-ViT on CIFAR-100"] == claims.REPRODUCED  # 91.0 vs 91.69
+    assert got["Table 1: FFT-ViT on CIFAR-100"] == claims.NOT_REPRODUCED  # 70 vs 85.15
+    assert got["Table 1: NTK-ViT on Food-101"] == claims.NOT_RUN
+    assert got["Thm 7.2 data law"] == claims.REPRODUCED
+    assert got["Thm 7.1 breakpoint"] == claims.NOT_RUN
+    assert all(v == claims.REPRODUCED for k, v in got.items() if k.startswith(("Thm 3.10", "Thm 5.5")))
     worse = verdicts(report.build(fixture_tree(tmp_path / "b", growth=1e4, ntk_vit=80.0, exponential=False)))
     assert worse["NTK-Attention's error grows only ~100× while m grows ~131,000× (2^1 → 2^17) — W entries std 0.125"] \
-        == report.NOT_REPRODUCED
-    assert worse["Table 1: NTK-ViT on CIFAR-100"] == report.NOT_REPRODUCED
-    assert [v for k, v in worse.items() if k.startswith("Thm 5.5")] == [report.NOT_REPRODUCED]  # not exponential
+        == claims.NOT_REPRODUCED
+    assert worse["Table 1: NTK-ViT on CIFAR-100"] == claims.NOT_REPRODUCED
+    assert [v for k, v in worse.items() if k.startswith("Thm 5.5")] == [claims.NOT_REPRODUCED]  # not exponential
 
 
 def test_missing_experiments_are_marked_not_run(tmp_path):
@@ -92,8 +92,8 @@ def test_missing_experiments_are_marked_not_run(tmp_path):
     r = invoke("report", tmp_path / "outputs")
     assert r.exit_code == 0, r.output
     sections = report.build(tmp_path / "outputs")
-    assert {c.verdict for s in sections for c in s.claims} == {report.NOT_RUN}
-    assert "17 not run at this scale" in (tmp_path / "outputs" / "report.md").read_text()
+    assert {c.verdict for s in sections for c in s.claims} == {claims.NOT_RUN}
+    assert "20 not run at this scale" in (tmp_path / "outputs" / "report.md").read_text()
 
 
 def test_half_written_run_folders_do_not_crash_the_report(tmp_path):

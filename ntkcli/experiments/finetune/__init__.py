@@ -81,7 +81,7 @@ def pretrain(cfg: FinetuneRecipe, folder: Run, device: torch.device) -> tuple[Pa
     tspec = cfg.train.model_copy(update={"batch_size": spec.batch_size})
     with folder.task(f"pretrain on classes {spec.classes}", _steps(len(train_ds), spec.batch_size, spec.epochs)) as adv:
         try:
-            rows = train(model, train_ds, eval_ds, collator, spec=tspec, lr=spec.lr, epochs=spec.epochs,
+            rows, _ = train(model, train_ds, eval_ds, collator, spec=tspec, lr=spec.lr, epochs=spec.epochs,
                          seed=cfg.seed, device=device, advance=adv)
         except TrainingFailed as err:
             raise UserError(f"pretraining: {err}") from None
@@ -122,8 +122,8 @@ class Inputs:
     collator: object
 
 
-def prepare(cfg: FinetuneRecipe) -> Inputs:
-    """The device, the model's configuration (its location probed without loading weights), tokenizer and data."""
+def quiet() -> None:
+    """No logging, progress bars or FutureWarnings from transformers, datasets and peft: ours report instead."""
     import datasets
     from transformers import logging as hf_logging
 
@@ -131,6 +131,11 @@ def prepare(cfg: FinetuneRecipe) -> Inputs:
     hf_logging.disable_progress_bar()
     datasets.disable_progress_bars()
     warnings.filterwarnings("ignore", category=FutureWarning, module="transformers|peft")
+
+
+def prepare(cfg: FinetuneRecipe) -> Inputs:
+    """The device, the model's configuration (its location probed without loading weights), tokenizer and data."""
+    quiet()
     device = resolve_device(cfg.device)
     image = cfg.data.image_field is not None
     config = model_config(cfg.model)
@@ -151,28 +156,36 @@ def points(cfg: FinetuneRecipe) -> list[tuple[str, int]]:
     return [(method_label(spec), seed) for spec in cfg.methods for seed in cfg.seeds]
 
 
-def _train_one(cfg: FinetuneRecipe, spec, seed: int, inputs: Inputs, source: str | None, advance) -> pd.DataFrame:
-    """One method with one seed: its rows per epoch (nothing when its loss turns non-finite: an error)."""
+def train_method(cfg, spec, seed: int, lr: float, inputs: Inputs, advance, *, num_labels: int, image: bool = False,
+                 source: str | None = None, per_epoch: bool = True) -> tuple[pd.DataFrame, object]:
+    """One method (`spec`) with one seed at step `lr` on a recipe's model and train settings (`cfg.model`,
+    `cfg.train`): its rows per evaluation and the last evaluation's logits. A non-finite loss is an error."""
     from transformers import set_seed
 
     set_seed(seed)
     options = method_options(spec)
     if "seed" in options:  # the method's own seed, varied with the run's
         options["seed"] = seed_for(options["seed"], seed) % 2**31
-    image = cfg.data.image_field is not None
     try:
-        injected = inject(load_model(cfg.model, image, cfg.data.num_labels, source).to(inputs.device),
-                          spec.method, **options)
+        injected = inject(load_model(cfg.model, image, num_labels, source).to(inputs.device), spec.method, **options)
     except ValueError as err:
         raise UserError(f"method {method_label(spec)}: {err}") from None
-    lr = spec.lr or (cfg.train.fft_lr if spec.method == "fft" else cfg.train.lr)
     try:
-        rows = train(injected.model, inputs.train, inputs.eval, inputs.collator, spec=cfg.train, lr=lr,
-                     epochs=cfg.train.epochs, seed=seed, device=inputs.device, advance=advance)
+        rows, logits = train(injected.model, inputs.train, inputs.eval, inputs.collator, spec=cfg.train, lr=lr,
+                             epochs=cfg.train.epochs, seed=seed, device=inputs.device, advance=advance,
+                             per_epoch=per_epoch)
     except TrainingFailed as err:
         raise UserError(f"method {method_label(spec)}, seed {seed}: {err}; nothing recorded for this run") from None
     return pd.DataFrame(rows).assign(method=method_label(spec), kind=spec.method, seed=seed, lr=lr,
-                                     trainable_params=injected.trainable, total_params=injected.total)[COLUMNS]
+                                     trainable_params=injected.trainable, total_params=injected.total), logits
+
+
+def _train_one(cfg: FinetuneRecipe, spec, seed: int, inputs: Inputs, source: str | None, advance) -> pd.DataFrame:
+    """One method with one seed: its rows per epoch."""
+    lr = spec.lr or (cfg.train.fft_lr if spec.method == "fft" else cfg.train.lr)
+    rows, _ = train_method(cfg, spec, seed, lr, inputs, advance, num_labels=cfg.data.num_labels,
+                           image=cfg.data.image_field is not None, source=source)
+    return rows[COLUMNS]
 
 
 def run(cfg: FinetuneRecipe, folder: Run, inputs: Inputs) -> dict[str, pd.DataFrame]:

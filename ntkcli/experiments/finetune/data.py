@@ -40,7 +40,8 @@ def _local_split(path: Path, split: str):
     return SUFFIXES[files[0].suffix], {"data_files": str(files[0]), **extra}
 
 
-def _load(spec: DataSpec, split: str):
+def read(spec: DataSpec, split: str):
+    """One split as stored: the hub data set's, or the local file's (a missing path or split is one line)."""
     from datasets import load_dataset
 
     if spec.path is not None:
@@ -97,11 +98,17 @@ def _label(value, spec: DataSpec) -> int:
 def load_split(spec: DataSpec, split: str, seed: int, classes: list[int] | None = None, limit: int | None = None):
     """One split as a datasets.Dataset with `label` in 0 … n−1 and `text_a`[, `text_b`] or `image`."""
     classes = classes if classes is not None else spec.classes
-    ds = _digits(spec, classes, seed, split) if spec.name == "digits" and spec.path is None else _load(spec, split)
+    ds = _digits(spec, classes, seed, split) if spec.name == "digits" and spec.path is None else read(spec, split)
+    if spec.label_field in ds.column_names and limit is not None and len(ds) > limit:
+        ds = ds.shuffle(seed=seed).select(range(limit))
+    return cast(ds, spec, split, classes)
+
+
+def cast(ds, spec: DataSpec, split: str, classes: list[int] | None = None, keep: tuple[str, ...] = ()):
+    """Rows as stored → `label` in 0 … n−1 and `text_a`[, `text_b`] (from the spec's fields) or `image`;
+    the columns in `keep` stay as they are."""
     if spec.label_field not in ds.column_names:
         raise UserError(f"the data has no label field '{spec.label_field}' (it has: {', '.join(ds.column_names)})")
-    if limit is not None and len(ds) > limit:
-        ds = ds.shuffle(seed=seed).select(range(limit))
     image = spec.image_field
     if image is not None and image not in ds.column_names:
         raise UserError(f"the data has no image field '{image}' (it has: {', '.join(ds.column_names)})")
@@ -112,8 +119,9 @@ def load_split(spec: DataSpec, split: str, seed: int, classes: list[int] | None 
             out.update({f"text_{'ab'[i]}": _text(row, f) for i, f in enumerate(spec.text_fields)})
         return out
 
-    keep = [image] if image is not None else []
-    ds = ds.map(convert, remove_columns=[c for c in ds.column_names if c not in keep]).rename_column("_label", "label")
+    kept = [image] if image is not None else []
+    ds = ds.map(convert, remove_columns=[c for c in ds.column_names if c not in [*kept, *keep]])
+    ds = ds.rename_column("_label", "label")
     if image is not None and image != "image":
         ds = ds.rename_column(image, "image")
     if classes is not None:

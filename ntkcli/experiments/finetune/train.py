@@ -62,19 +62,21 @@ class TrainingFailed(Exception):
     """Training produced nothing worth recording (a non-finite loss, or no optimizer step taken)."""
 
 
-def _accuracy(prediction) -> dict:
-    logits, labels = prediction.predictions, prediction.label_ids
-    logits = logits[0] if isinstance(logits, tuple) else logits
-    return {"accuracy": float((np.argmax(logits, axis=-1) == labels).mean())}
-
-
 def train(model, train_ds, eval_ds, collator, *, spec: TrainSpec, lr: float, epochs: int, seed: int,
-          device: torch.device, advance: Callable[[float], None]) -> list[dict]:
-    """Train with AdamW, evaluate after every epoch; one dict per epoch (accuracy, losses, seconds, memory)."""
+          device: torch.device, advance: Callable[[float], None], per_epoch: bool = True) -> tuple[list[dict], np.ndarray]:
+    """Train with AdamW and evaluate after every epoch (or, per_epoch=False, once at the end): one dict per
+    evaluation (accuracy, losses, seconds, memory), and the last evaluation's logits in eval_ds's order.
+    Text batches are grouped by length (less padding)."""
     from transformers import PrinterCallback, Trainer, TrainerCallback, TrainingArguments
 
     seconds: list[float] = []
     skipped: list[int] = []
+    logits: list[np.ndarray] = []
+
+    def accuracy(prediction) -> dict:
+        out = prediction.predictions
+        logits[:] = [out[0] if isinstance(out, tuple) else out]
+        return {"accuracy": float((np.argmax(logits[0], axis=-1) == prediction.label_ids).mean())}
 
     class CheckedTrainer(Trainer):
         def training_step(self, model, inputs, num_items_in_batch=None):
@@ -96,24 +98,29 @@ def train(model, train_ds, eval_ds, collator, *, spec: TrainSpec, lr: float, epo
             skipped.extend([state.global_step] if trainer.accelerator.optimizer_step_was_skipped else [])
             advance(1)
 
+    text = "input_ids" in train_ds.column_names
     with tempfile.TemporaryDirectory(prefix="ntk-trainer-") as scratch:
         args = TrainingArguments(
             output_dir=scratch, num_train_epochs=epochs, learning_rate=lr, weight_decay=spec.weight_decay,
             warmup_steps=spec.warmup_ratio, per_device_train_batch_size=spec.batch_size,
-            per_device_eval_batch_size=spec.eval_batch_size, eval_strategy="epoch", logging_strategy="epoch",
+            per_device_eval_batch_size=spec.eval_batch_size, eval_strategy="epoch" if per_epoch else "no",
+            logging_strategy="epoch", train_sampling_strategy="group_by_length" if text else "random",
             save_strategy="no", report_to=[], seed=seed, data_seed=seed, use_cpu=device.type == "cpu",
             disable_tqdm=True, remove_unused_columns=False, dataloader_num_workers=0, **_precision(spec, device))
         trainer = CheckedTrainer(model=model, args=args, train_dataset=train_ds, eval_dataset=eval_ds,
-                          data_collator=collator, compute_metrics=_accuracy, callbacks=[Clock()])
+                          data_collator=collator, compute_metrics=accuracy, callbacks=[Clock()])
         trainer.remove_callback(PrinterCallback)  # our progress bar and tables report instead
         with peak_memory(device) as peak:
             trainer.train()
+        if not per_epoch:
+            trainer.evaluate()
     if skipped and len(skipped) == trainer.state.global_step:
         raise TrainingFailed(f"the fp16 grad scaler skipped all {len(skipped)} optimizer steps (overflowing "
                              "gradients), so the weights never changed; use precision bf16 or fp32")
     evals = [h for h in trainer.state.log_history if "eval_accuracy" in h]
     losses = [h["loss"] for h in trainer.state.log_history if "loss" in h]
-    return [{"epoch": i + 1, "accuracy": e["eval_accuracy"], "eval_loss": e["eval_loss"],
-             "train_loss": losses[i] if i < len(losses) else float("nan"),
-             "train_seconds": float(np.sum(seconds[: i + 1])), "peak_mem_mb": peak[0]}
-            for i, e in enumerate(evals)]
+    epoch_of = range(1, len(evals) + 1) if per_epoch else [epochs]  # the epoch after which each evaluation ran
+    return [{"epoch": n, "accuracy": e["eval_accuracy"], "eval_loss": e["eval_loss"],
+             "train_loss": losses[n - 1] if n <= len(losses) else float("nan"),
+             "train_seconds": float(np.sum(seconds[:n])), "peak_mem_mb": peak[0]}
+            for n, e in zip(epoch_of, evals)], logits[0]

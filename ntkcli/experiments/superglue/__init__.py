@@ -1,0 +1,228 @@
+"""Paper 1, Table 2 at small scale on real SuperGLUE: every method's learning rate chosen fairly, several seeds.
+
+For every (task, method): train once per grid point (learning rate × variant, the first seed) on train minus
+a held-out share and score that share; choose the best point; then train every seed on all of train at the
+chosen point and at the paper's protocol (train.lr for every PEFT method) and score the evaluation split,
+keeping each example's prediction for the paired bootstrap of the report (claims.py).
+results.csv has one row per (stage, task, method, variant, lr, seed); predictions.csv the final runs'
+predictions; summary.csv mean ± std per (view, task, method).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+import pandas as pd
+
+from ...models import load_tokenizer, model_config
+from ...runs import Results, Run, is_main_process, resolve_device
+from ..finetune import Inputs, quiet, train_method
+from ..finetune.data import tokenize
+from . import tasks
+from .claims import COMMAND, TITLE, report, table2  # noqa: F401 — the experiment contract
+from .recipe import SuperGlueRecipe, TunedMethod, variant_name
+
+HELP = ("Table 2 (paper 1, §5) on real SuperGLUE with a real pretrained model: NTK-Attention vs P-Tuning v2 vs "
+        "LoRA vs full fine-tuning vs any peft method, each learning rate chosen on held-out train.\n\n"
+        "Reads the hub's aps/super_glue, or the official JSONL files with --set data.path=DIR. Writes results.csv "
+        "(selection and final runs), predictions.csv, summary.csv (both views: chosen step and the paper's), "
+        "claims.csv (paired bootstrap verdicts), table2.png (accuracy against trainable parameters) and run.json "
+        "to outputs/superglue/<recipe>/; re-running skips finished runs.")
+NEEDS_RECIPE, FLAGS, DEVICES = True, {}, ("cpu", "cuda")
+SCALE = ("seeds", "train")
+KEYS = ["stage", "task", "method", "variant", "lr", "seed"]
+METRICS = ["accuracy", "f1_macro", "f1a", "em"]
+RESUMABLE = ("methods", "seeds")
+FILES = ("results.csv", "predictions.csv", "summary.csv", "claims.csv", "table2.png")
+RECIPE = SuperGlueRecipe
+VIEWS = ("chosen", "paper")  # the step chosen on held-out train; the paper's one step for every PEFT method
+
+
+@dataclass
+class Split:
+    """Tokenized rows for the Trainer and, in the same order, what scoring needs."""
+
+    rows: object
+    labels: np.ndarray
+    groups: np.ndarray
+    index: np.ndarray  # each row's position in the split as read (for predictions.csv)
+
+
+@dataclass
+class TaskSplits:
+    train: Split
+    eval: Split
+    fit: Split  # train minus the held-out share: the selection runs train here …
+    val: Split  # … and are scored here
+    carved: bool  # whether the evaluation split was carved out of the validation file
+
+
+@dataclass
+class Prepared:
+    device: object
+    collator: object
+    tasks: dict[str, TaskSplits]
+
+
+def _split(ds, tokenizer, max_length: int, by_length: bool = False) -> Split:
+    """Tokenize; evaluation rows sorted by length (less padding), the order kept in `index`."""
+    rows = tokenize(ds, tokenizer, max_length)
+    order = np.argsort([len(r) for r in rows["input_ids"]], kind="stable") if by_length else np.arange(len(rows))
+    rows = rows.select(order)
+    return Split(rows.remove_columns("group"), np.asarray(rows["label"]), np.asarray(rows["group"]), order)
+
+
+def _task(cfg: SuperGlueRecipe, name: str, tokenizer) -> TaskSplits:
+    """The task's train and evaluation splits (carved from validation when it has no train), limited as the
+    recipe says, and the selection split carved from train."""
+    from pathlib import Path
+
+    root = None if cfg.data.path is None else Path(cfg.data.path).expanduser()
+    folder = None if root is None else tasks.task_folder(root, name, len(cfg.data.tasks) == 1)
+    dspec = tasks.spec(name, folder, cfg.data.name, cfg.data.max_length)
+    carved = not tasks.has_train(dspec)
+    if carved:
+        whole = tasks.read(name, dspec, "validation")
+        kept, held = tasks.carve(whole["label"], whole["group"], cfg.data.carve_eval, cfg.seed)
+        train, evaluation = whole.select(kept), whole.select(held)
+    else:
+        train, evaluation = tasks.read(name, dspec, "train"), tasks.read(name, dspec, "validation")
+    train = tasks.limit(train, cfg.data.max_train.get(name), cfg.seed)
+    evaluation = tasks.limit(evaluation, cfg.data.max_eval.get(name), cfg.seed)
+    fit, val = tasks.carve(train["label"], train["group"], cfg.selection.val_fraction, cfg.seed)
+    n = cfg.data.max_length
+    return TaskSplits(_split(train, tokenizer, n), _split(evaluation, tokenizer, n, True),
+                      _split(train.select(fit), tokenizer, n), _split(train.select(val), tokenizer, n, True), carved)
+
+
+def prepare(cfg: SuperGlueRecipe) -> Prepared:
+    """Device, tokenizer and every task's splits, read before the run folder exists."""
+    from transformers import DataCollatorWithPadding
+
+    quiet()
+    device = resolve_device(cfg.device)
+    model_config(cfg.model)
+    tokenizer = load_tokenizer(cfg.model)
+    return Prepared(device, DataCollatorWithPadding(tokenizer), {t: _task(cfg, t, tokenizer) for t in cfg.data.tasks})
+
+
+def selection_points(cfg: SuperGlueRecipe) -> list[tuple]:
+    """Every grid point of every (task, method), trained with the first seed on the selection split."""
+    return [("select", task, m.label, variant_name(v), lr, cfg.seeds[0])
+            for task in cfg.data.tasks for m in cfg.methods for v in m.variants for lr in m.lrs]
+
+
+def paper_lr(cfg: SuperGlueRecipe, method: TunedMethod) -> float:
+    """The paper's protocol: one step for every PEFT method (train.lr), train.fft_lr for full fine-tuning."""
+    return cfg.train.fft_lr if method.spec.method == "fft" else cfg.train.lr
+
+
+def choose(cfg: SuperGlueRecipe, selected: pd.DataFrame) -> dict[tuple[str, str, str], tuple[str, float]]:
+    """(view, task, method) → (variant, lr): the grid point with the best held-out accuracy (the first in grid
+    order on a tie), and the paper's step with the first variant. Reads only the selection runs."""
+    views = {}
+    for task in cfg.data.tasks:
+        for m in cfg.methods:
+            grid = [(variant_name(v), lr) for v in m.variants for lr in m.lrs]
+            score = {(r.variant, r.lr): r.accuracy for r in selected[(selected.task == task) &
+                                                                     (selected.method == m.label)].itertuples()}
+            views["chosen", task, m.label] = max(grid, key=lambda p: (score.get(p, -1.0), -grid.index(p)))
+            views["paper", task, m.label] = (variant_name(m.variants[0]), paper_lr(cfg, m))
+    return views
+
+
+def final_points(cfg: SuperGlueRecipe, views: dict) -> list[tuple]:
+    """Every seed at every view's point, each point once."""
+    points = [("final", task, method, *views[view, task, method], seed)
+              for task in cfg.data.tasks for method in (m.label for m in cfg.methods) for view in VIEWS
+              for seed in cfg.seeds]
+    return list(dict.fromkeys(points))
+
+
+def plan(cfg: SuperGlueRecipe) -> list[tuple[str, str]]:
+    """What a run trains: the selection grid, then the final seeds (at most two points per (task, method))."""
+    grid = len(selection_points(cfg))
+    most = len(cfg.data.tasks) * len(cfg.methods) * len(VIEWS) * len(cfg.seeds)
+    return [("tasks", ", ".join(cfg.data.tasks)), ("methods", ", ".join(m.label for m in cfg.methods)),
+            ("selection runs (grid points × tasks)", str(grid)), ("final runs (at most)", str(most)),
+            ("epochs per run", str(cfg.train.epochs)), ("model", cfg.model.name_or_path or "from config"),
+            ("data", cfg.data.path or cfg.data.name)]
+
+
+def _steps(n: int, cfg: SuperGlueRecipe) -> int:
+    return math.ceil(n / cfg.train.batch_size) * cfg.train.epochs
+
+
+def _fit(cfg: SuperGlueRecipe, prep: Prepared, point: tuple, advance) -> tuple[dict, pd.DataFrame | None]:
+    """One run: its results row, and for a final run each evaluation example's prediction."""
+    stage, task, label, variant, lr, seed = point
+    method = next(m for m in cfg.methods if m.label == label)
+    spec = method.candidates()[[variant_name(v) for v in method.variants].index(variant)]
+    splits = prep.tasks[task]
+    train, scored = (splits.fit, splits.val) if stage == "select" else (splits.train, splits.eval)
+    inputs = Inputs(prep.device, train.rows, scored.rows, prep.collator)
+    rows, logits = train_method(cfg, spec, seed, lr, inputs, advance, num_labels=len(tasks.TASKS[task].labels),
+                                per_epoch=False)
+    predicted = np.argmax(logits, axis=-1)
+    last = rows.iloc[-1]
+    row = dict(zip(KEYS, point)) | {m: np.nan for m in METRICS} | \
+        tasks.metrics(task, scored.labels, predicted, scored.groups) | {
+        "train_loss": last.train_loss, "train_seconds": last.train_seconds,
+        "examples_per_s": len(train.labels) * cfg.train.epochs / last.train_seconds, "peak_mem_mb": last.peak_mem_mb,
+        "trainable_params": last.trainable_params, "total_params": last.total_params,
+        "train_rows": len(train.labels), "scored_rows": len(scored.labels)}
+    if stage == "select":
+        return row, None
+    return row, pd.DataFrame({**dict(zip(KEYS, point)), "row": scored.index, "group": scored.groups,
+                              "label": scored.labels, "prediction": predicted})
+
+
+def _train_all(cfg: SuperGlueRecipe, prep: Prepared, folder: Run, results: Results, predictions: Results,
+               points: list[tuple], what: str) -> None:
+    todo = results.todo(points)
+    size = {p: len((prep.tasks[p[1]].fit if p[0] == "select" else prep.tasks[p[1]].train).labels) for p in todo}
+    with folder.task(f"{what}: {len(todo)} runs", sum(_steps(n, cfg) for n in size.values())) as advance:
+        for point in todo:
+            row, predicted = _fit(cfg, prep, point, advance)
+            if predicted is not None:
+                predictions.add(predicted)
+            results.add([row])
+
+
+def summarize(cfg: SuperGlueRecipe, finals: pd.DataFrame, views: dict) -> pd.DataFrame:
+    """Per view, task and method: the point, its metrics' mean ± std over seeds, parameters and speed."""
+    out = []
+    for (view, task, method), (variant, lr) in views.items():
+        runs = finals[(finals.task == task) & (finals.method == method) & (finals.variant == variant) &
+                      (finals.lr == lr)]
+        stats = {f"{m}_{f}": getattr(runs[m], f)() for m in METRICS for f in ("mean", "std")}
+        out.append({"view": view, "task": task, "method": method, "variant": variant, "lr": lr, **stats,
+                    "seeds": runs.seed.nunique(), "trainable_params": runs.trainable_params.max(),
+                    "total_params": runs.total_params.max(), "examples_per_s": runs.examples_per_s.mean()})
+    return pd.DataFrame(out)
+
+
+def run(cfg: SuperGlueRecipe, folder: Run, prep: Prepared) -> dict[str, pd.DataFrame]:
+    """Selection runs, then final runs, each resumable; summary, figure and run.json."""
+    results = Results(folder, KEYS, write=is_main_process())
+    predictions = Results(folder, KEYS, name="predictions.csv", write=is_main_process(), done=results.done)
+    _train_all(cfg, prep, folder, results, predictions, selection_points(cfg), "choose the steps")
+    views = choose(cfg, results.table(selection_points(cfg)))
+    finals = final_points(cfg, views)
+    _train_all(cfg, prep, folder, results, predictions, finals, "final seeds")
+    summary = summarize(cfg, results.table(finals), views)
+    if is_main_process():
+        from ...figures.superglue import pareto
+
+        folder.save_csv("summary.csv", summary)
+        folder.save_figure("table2.png", pareto(summary[summary.view == "chosen"]))
+        folder.finish(tasks={t: {"train": len(s.train.labels), "eval": len(s.eval.labels), "carved": s.carved}
+                             for t, s in prep.tasks.items()})
+    return {"summary": summary}
+
+
+def tables(cfg: SuperGlueRecipe, result: dict[str, pd.DataFrame]) -> list[tuple[str, pd.DataFrame]]:
+    return [(f"superglue '{cfg.name}': accuracy % on the evaluation split ({view} step)",
+             table2(result["summary"], view)) for view in VIEWS]

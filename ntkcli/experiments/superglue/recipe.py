@@ -1,0 +1,100 @@
+"""The recipe of `ntk superglue`: a model, the tasks, and methods each with a learning-rate grid (and, for a
+method worth trying several ways, variants of its options), seeds, and the selection and bootstrap settings."""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import Field, PositiveFloat, TypeAdapter, model_validator
+
+from ...recipes import Recipe, Section, Seed
+from ..finetune.recipe import MethodSpec, ModelSpec, TrainSpec, method_label
+from .tasks import TASKS
+
+TaskName = Literal[tuple(TASKS)]  # type: ignore[valid-type]
+
+
+class SuperGlueData(Section):
+    name: str = Field("aps/super_glue", description="the hub data set (used when path is not given)")
+    path: str | None = Field(None, description="a local SuperGLUE folder (<Task>/train.jsonl, val.jsonl), or with one "
+                             "task that task's own folder (GLUE's RTE train.tsv/dev.tsv too)")
+    tasks: list[TaskName] = Field(["boolq", "cb", "copa", "multirc"], min_length=1)  # type: ignore[valid-type]
+    max_length: int = Field(64, ge=8, le=4096, description="tokens per text field")
+    max_train: dict[TaskName, int] = Field({}, description="task → at most this many train rows (whole MultiRC "  # type: ignore[valid-type]
+                                           "questions), seeded")
+    max_eval: dict[TaskName, int] = Field({}, description="task → at most this many evaluation rows")  # type: ignore[valid-type]
+    carve_eval: float = Field(0.5, gt=0, lt=1, description="a task without a train split (the shared BoolQ): the "
+                              "share of its validation file held out for evaluation; the rest is train")
+
+    @model_validator(mode="after")
+    def _positive_caps(self) -> "SuperGlueData":
+        bad = {k: v for k, v in {**self.max_train, **self.max_eval}.items() if v < 2}
+        if bad:
+            raise ValueError(f"row limits must be at least 2 (got {bad})")
+        return self
+
+
+class Selection(Section):
+    """How each (task, method)'s learning rate is chosen: on a share of train held out, never the evaluation split."""
+
+    val_fraction: float = Field(0.2, gt=0, lt=1, description="share of train held out to choose the step")
+    bootstrap: int = Field(2000, ge=100, le=100_000, description="bootstrap replicates of the paired intervals")
+
+
+METHOD = TypeAdapter(MethodSpec)
+
+
+class TunedMethod(Section):
+    """A method entry (as in `ntk finetune`) plus `lrs`, its grid, and optional `variants` (option overrides)."""
+
+    spec: MethodSpec  # type: ignore[valid-type]
+    lrs: list[PositiveFloat] = Field(..., min_length=1)
+    variants: list[dict[str, Any]] = Field([{}], min_length=1)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _split(cls, entry: Any) -> Any:
+        if isinstance(entry, dict) and "spec" not in entry:
+            entry = dict(entry)
+            return {"lrs": entry.pop("lrs", None), "variants": entry.pop("variants", [{}]), "spec": entry}
+        return entry
+
+    @model_validator(mode="after")
+    def _variants_valid(self) -> "TunedMethod":
+        self.candidates()
+        return self
+
+    @property
+    def label(self) -> str:
+        return method_label(self.spec)
+
+    def candidates(self) -> list[Any]:
+        """The method spec of every variant (the base entry with that variant's options)."""
+        base = self.spec.model_dump(exclude_unset=True)
+        return [METHOD.validate_python({**base, **variant}) for variant in self.variants]
+
+
+def variant_name(variant: dict[str, Any]) -> str:
+    return ", ".join(f"{k}={v}" for k, v in variant.items()) or "default"
+
+
+class SuperGlueRecipe(Recipe):
+    """Paper 1, Table 2 on real SuperGLUE at small scale: every method tuned on held-out train, several seeds."""
+
+    model: ModelSpec
+    data: SuperGlueData = SuperGlueData()
+    train: TrainSpec = Field(TrainSpec(), description="epochs, batch sizes; lr and fft_lr are the paper's protocol "
+                             "(one step for every PEFT method), the second view of the results")
+    methods: list[TunedMethod] = Field(..., min_length=1)
+    seeds: list[Seed] = Field([0, 1, 2], min_length=1)
+    selection: Selection = Selection()
+
+    @model_validator(mode="after")
+    def _labels_differ(self) -> "SuperGlueRecipe":
+        labels = [m.label for m in self.methods]
+        if len(set(labels)) != len(labels):
+            raise ValueError(f"method labels must differ (got {labels}); set a label per method")
+        missing = {k for k in {**self.data.max_train, **self.data.max_eval}} - set(self.data.tasks)
+        if missing:
+            raise ValueError(f"row limits name tasks the recipe does not run: {sorted(missing)}")
+        return self
