@@ -1,12 +1,13 @@
 """Speed and memory of the attention kernels (§4.3's complexity claims), as ratios measured in one run.
 
-Timings are medians over repeats after a warm-up, in inference mode. Peak memory on CPU is the rise
+Timings are medians with min–max over samples taken in interleaved rounds after a warm-up. Peak memory on CPU is the rise
 of the process's maximum resident set while one case runs, each case in a fresh spawned process so
 that earlier cases do not hide it; on CUDA it is torch.cuda.max_memory_allocated.
 """
 
 from __future__ import annotations
 
+import math
 import multiprocessing as mp
 import resource
 import statistics
@@ -24,18 +25,43 @@ import torch.nn.functional as F
 from .attention import ntk_attention
 
 
-def median_seconds(*fns: Callable[[], object], repeats: int = 7, warmup: int = 2) -> list[float]:
-    """Median wall time of each function, timed in interleaved rounds so drift hits all alike."""
+@dataclass(frozen=True)
+class Timing:
+    """Seconds per call: the median, min and max over the samples."""
+
+    median: float
+    low: float
+    high: float
+
+
+def timings(*fns: Callable[[], object], repeats: int = 7, warmup: int = 2, min_sample: float = 0.02) -> list[Timing]:
+    """Seconds per call of each function, sampled in interleaved rounds so drift hits all alike; a sample
+    times enough back-to-back calls to last about `min_sample` seconds, so the timer's noise does not
+    dominate a fast call."""
     for _ in range(warmup):
         for fn in fns:
             fn()
-    times: list[list[float]] = [[] for _ in fns]
+    calls = []
+    for fn in fns:
+        t0 = time.perf_counter()
+        fn()
+        calls.append(max(1, math.ceil(min_sample / max(time.perf_counter() - t0, 1e-9))))
+    samples: list[list[float]] = [[] for _ in fns]
     for _ in range(repeats):
-        for fn, bucket in zip(fns, times):
+        for fn, n, bucket in zip(fns, calls, samples):
             t0 = time.perf_counter()
-            fn()
-            bucket.append(time.perf_counter() - t0)
-    return [statistics.median(t) for t in times]
+            for _ in range(n):
+                fn()
+            bucket.append((time.perf_counter() - t0) / n)
+    return [Timing(statistics.median(b), min(b), max(b)) for b in samples]
+
+
+def _columns(name: str, t: Timing) -> dict[str, float]:
+    return {f"{name}_ms": 1e3 * t.median, f"{name}_min_ms": 1e3 * t.low, f"{name}_max_ms": 1e3 * t.high}
+
+
+def _sync(device: str) -> Callable[[], None]:
+    return torch.cuda.synchronize if device.startswith("cuda") else (lambda: None)
 
 
 def _inputs(B: int, H: int, L: int, d: int, device: str, seed: int = 0):
@@ -45,61 +71,96 @@ def _inputs(B: int, H: int, L: int, d: int, device: str, seed: int = 0):
     return q, k, v, Z, kvec
 
 
-def forward_vs_sdpa(shapes: list[tuple[int, int, int, int]], device: str = "cpu") -> pd.DataFrame:
-    """ntk_attention's forward against SDPA with no prefix (the floor) at each (B, H, L, d)."""
+ATTENTION_TARGETS = {(8, 12, 128, 64): 1.5, (1, 12, 4096, 64): 1.15}  # ntk_attention / SDPA, issue #14
+
+
+def _attention_pair(q, k, v, Z, kvec, backward: bool, sync):
+    """(SDPA, ntk_attention) as calls: forward only, or forward and backward through every input."""
+    if not backward:
+        def run(fn):
+            def call():
+                with torch.inference_mode():
+                    fn()
+                sync()
+            return call
+    else:
+        tensors = [t.detach().requires_grad_() for t in (q, k, v, Z, kvec)]
+        q, k, v, Z, kvec = tensors
+
+        def run(fn):
+            def call():
+                for t in tensors:
+                    t.grad = None
+                fn().sum().backward()
+                sync()
+            return call
+    return run(lambda: F.scaled_dot_product_attention(q, k, v)), run(lambda: ntk_attention(q, k, v, Z, kvec))
+
+
+def attention_vs_sdpa(shapes: dict[tuple[int, int, int, int], float], device: str = "cpu") -> pd.DataFrame:
+    """ntk_attention against SDPA with no prefix (the floor) at each (B, H, L, d), forward and forward +
+    backward: medians with min–max, the ratio of medians and its target."""
     rows = []
-    with torch.inference_mode():
-        for B, H, L, d in shapes:
-            q, k, v, Z, kvec = _inputs(B, H, L, d, device)
-            t_sdpa, t_ntk = median_seconds(lambda: F.scaled_dot_product_attention(q, k, v),
-                                           lambda: ntk_attention(q, k, v, Z, kvec),
-                                           repeats=41 if B * H * L * L < 10 ** 7 else 7)
-            rows.append({"B": B, "H": H, "L": L, "d": d, "sdpa_ms": 1e3 * t_sdpa, "ntk_ms": 1e3 * t_ntk,
-                         "ratio_ntk_over_sdpa": t_ntk / t_sdpa})
+    for (B, H, L, d), target in shapes.items():
+        inputs = _inputs(B, H, L, d, device)
+        for backward in (False, True):
+            t_sdpa, t_ntk = timings(*_attention_pair(*inputs, backward, _sync(device)), repeats=21)
+            ratio = t_ntk.median / t_sdpa.median
+            rows.append({"B": B, "H": H, "L": L, "d": d, "pass": "forward+backward" if backward else "forward",
+                         **_columns("sdpa", t_sdpa), **_columns("ntk", t_ntk), "ratio_ntk_over_sdpa": ratio,
+                         "target": target, "met": ratio <= target})
     return pd.DataFrame(rows)
 
 
-def _prefix_case(kind: str, m: int, B: int, H: int, L: int, d: int, device: str, out: mp.Queue) -> None:
+def _prefix_peak(kind: str, m: int, B: int, H: int, L: int, d: int, device: str, out: mp.Queue) -> None:
+    """Peak memory rise of one call (exact SDPA over [prefix; input], or ntk_attention) in this fresh process."""
     with torch.inference_mode():
         q, k, v, Z, kvec = _inputs(B, H, L, d, device)
-        if kind == "exact-sdpa":
-            g = torch.Generator().manual_seed(1)
-            pk, pv = (torch.randn(B, H, m, d, generator=g).to(device) for _ in range(2))
-
-            def fn():
-                return F.scaled_dot_product_attention(q, torch.cat([pk, k], 2), torch.cat([pv, v], 2))
-        else:
-            def fn():
-                return ntk_attention(q, k, v, Z, kvec)
         if device == "cuda":
             torch.cuda.reset_peak_memory_stats()
         base = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-        (seconds,) = (median_seconds(fn, repeats=3, warmup=1) if kind == "exact-sdpa"
-                      else median_seconds(fn, repeats=51, warmup=10))
+        if kind == "exact-sdpa":
+            g = torch.Generator().manual_seed(1)
+            pk, pv = (torch.randn(B, H, m, d, generator=g).to(device) for _ in range(2))
+            F.scaled_dot_product_attention(q, torch.cat([pk, k], 2), torch.cat([pv, v], 2))
+        else:
+            ntk_attention(q, k, v, Z, kvec)
         if device == "cuda":
             peak = torch.cuda.max_memory_allocated() / 2 ** 20
         else:
             peak = (resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - base) / 1024
-    out.put((seconds, peak))
+    out.put(peak)
+
+
+def _peak(kind: str, *args) -> float:
+    ctx = mp.get_context("spawn")
+    queue = ctx.Queue()
+    proc = ctx.Process(target=_prefix_peak, args=(kind, *args, queue))
+    proc.start()
+    peak = queue.get()
+    proc.join()
+    return peak
 
 
 def prefix_scaling(log2ms: list[int], B: int = 1, H: int = 12, L: int = 128, d: int = 64,
                    device: str = "cpu") -> pd.DataFrame:
-    """NTK-Attention (cost independent of m) against exact SDPA over [prefix; input] for each m."""
-    ctx = mp.get_context("spawn")
+    """NTK-Attention (cost independent of m) against exact SDPA over [prefix; input] for each m: times in
+    interleaved rounds (median, min–max), speed-up of the medians, peak memory of one call each."""
     rows = []
+    q, k, v, Z, kvec = _inputs(B, H, L, d, device)
+    sync = _sync(device)
     for j in log2ms:
         m = 2 ** j
-        res = {}
-        for kind in ("exact-sdpa", "ntk"):
-            queue = ctx.Queue()
-            proc = ctx.Process(target=_prefix_case, args=(kind, m, B, H, L, d, device, queue))
-            proc.start()
-            res[kind] = queue.get()
-            proc.join()
-        rows.append({"m": m, "log2m": j, "exact_ms": 1e3 * res["exact-sdpa"][0], "ntk_ms": 1e3 * res["ntk"][0],
-                     "speedup": res["exact-sdpa"][0] / res["ntk"][0],
-                     "exact_peak_mib": res["exact-sdpa"][1], "ntk_peak_mib": res["ntk"][1]})
+        g = torch.Generator().manual_seed(1)
+        pk, pv = (torch.randn(B, H, m, d, generator=g).to(device) for _ in range(2))
+        with torch.inference_mode():
+            t_exact, t_ntk = timings(
+                lambda: (F.scaled_dot_product_attention(q, torch.cat([pk, k], 2), torch.cat([pv, v], 2)), sync()),
+                lambda: (ntk_attention(q, k, v, Z, kvec), sync()), repeats=9, warmup=1, min_sample=0.05)
+        rows.append({"m": m, "log2m": j, **_columns("exact", t_exact), **_columns("ntk", t_ntk),
+                     "speedup": t_exact.median / t_ntk.median,
+                     "exact_peak_mib": _peak("exact-sdpa", m, B, H, L, d, device),
+                     "ntk_peak_mib": _peak("ntk", m, B, H, L, d, device)})
     return pd.DataFrame(rows)
 
 
@@ -177,7 +238,7 @@ def ntk_closed_vs_autodiff(n: int = 128, d: int = 4, m: int = 1024) -> pd.DataFr
 
     def auto():
         return empirical_ntk(partial(_one_token_model, a=a), {"W": W}, X) / m
-    t_closed, t_auto = median_seconds(closed, auto, repeats=5, warmup=1)
+    t_closed, t_auto = (t.median for t in timings(closed, auto, repeats=5, warmup=1))
     gap = ((closed() - auto()).norm() / auto().norm()).item()
     return pd.DataFrame([{"n": n, "d": d, "m": m, "outputs": n * d, "closed_ms": 1e3 * t_closed,
                           "autodiff_ms": 1e3 * t_auto, "speedup": t_auto / t_closed, "relative_gap": gap}])
@@ -216,7 +277,7 @@ def finetune_step(device: str = "cpu", batch: int = 32, length: int = 128, repea
 
         steps.append(step)
         counts.append(injected.trainable)
-    seconds = median_seconds(*steps, repeats=repeats, warmup=1)
+    seconds = [t.median for t in timings(*steps, repeats=repeats, warmup=1, min_sample=0.0)]
     lora = seconds[1]
     return pd.DataFrame({"method": list(methods), "step_ms": [1e3 * s for s in seconds],
                          "ratio_over_lora": [s / lora for s in seconds], "trainable_params": counts,
@@ -262,8 +323,8 @@ class Suite:
 
 
 SUITES = {
-    "attention": Suite(partial(forward_vs_sdpa, [(8, 12, 128, 64), (1, 12, 4096, 64)]), "attention.csv",
-                       "forward: ntk_attention vs SDPA without prefix", True),
+    "attention": Suite(partial(attention_vs_sdpa, ATTENTION_TARGETS), "attention.csv",
+                       "ntk_attention vs SDPA without prefix, forward and forward+backward (ms: median, min–max)", True),
     "prefix": Suite(partial(prefix_scaling, list(range(10, 19))), "prefix.csv",
                     "ntk_attention vs exact SDPA over [prefix; input] (B=1, H=12, L=128, d=64; peak MiB: rise of max "
                     "RSS on CPU, max allocated on CUDA)", True),

@@ -15,8 +15,8 @@ step() { printf '\n== %s (%s)\n' "$1" "$(date +%T)"; }
 step "device"
 $PY -c "import torch; print('torch', torch.__version__, '| cuda available:', torch.cuda.is_available(),
 '|', torch.cuda.get_device_name(0) if torch.cuda.is_available() else 'no CUDA device')"
-step "operator and adapter tests"
-$PY -m pytest -q tests/test_attention.py tests/test_adapters.py
+step "operator tests on $DEVICE (tests/test_device.py), operator and adapter tests"
+NTK_TEST_DEVICE=$DEVICE $PY -m pytest -q tests/test_device.py tests/test_attention.py tests/test_adapters.py
 for suite in attention prefix training-memory finetune; do
   step "ntk bench --suite $suite --device $DEVICE"
   $NTK bench --suite "$suite" --device "$DEVICE" --out "$OUT"

@@ -279,3 +279,66 @@ def test_backward_in_query_blocks_equals_one_block(monkeypatch, kwargs):
         for a, b in zip(grads(), whole):
             assert torch.allclose(a, b, rtol=1e-12, atol=1e-12)
     assert torch.autograd.gradcheck(lambda *t: ntk_attention(*t, **args), [t.clone().requires_grad_() for t in (q, k, v, Z, kv)])
+
+
+def _like(device: str, dtype, *shape):
+    """Something with a tensor's device, dtype and shape: what `kernel` reads (CUDA cases on a CPU machine)."""
+    from types import SimpleNamespace
+    return SimpleNamespace(device=SimpleNamespace(type=device), dtype=dtype, shape=shape)
+
+
+@pytest.mark.parametrize("device, dtype, dims, masked, expected", [
+    ("cpu", F64, (64, 64, 64), True, "cpu-flash"),
+    ("cpu", torch.float32, (64, 64, 32), False, "math"),
+    ("cuda", torch.bfloat16, (64, 64, 64), False, "cuda-flash"),
+    ("cuda", torch.float16, (64, 64, 64), True, "cuda-efficient"),
+    ("cuda", torch.float32, (64, 64, 64), False, "cuda-efficient"),
+    ("cuda", torch.float16, (320, 320, 320), False, "cuda-efficient"),
+    ("cuda", F64, (64, 64, 64), False, "math"),
+    ("cuda", torch.float32, (60, 60, 60), False, "math"),
+    ("mps", torch.float32, (64, 64, 64), False, "math"),
+])
+def test_kernel_dispatch_picks_a_fused_kernel_where_one_applies(device, dtype, dims, masked, expected):
+    from ntkcli.attention.core import kernel
+    q, k, v = (_like(device, dtype, 2, 4, 16, d) for d in dims)
+    mask = _like(device, dtype, 2, 1, 16, 16) if masked else None
+    assert kernel(q, k, v, mask) == expected
+
+
+BRANCHES = [(name, kind) for name in ("math", "cpu-flash", "cuda-flash", "cuda-efficient")
+            for kind in ("full", "causal", "padding", "padding+causal", "no key")
+            if name != "cuda-flash" or kind in ("full", "causal")]  # the dispatch sends flash no mask
+
+
+@pytest.mark.parametrize("name, kind", BRANCHES)
+def test_every_kernel_branch_gives_the_float64_reference(monkeypatch, name, kind):
+    """Each branch of the dispatch runs here: the CUDA kernels replaced by CPU stand-ins with their calling
+    convention (the efficient kernel's lse padded to 32 rows and finite on fully masked rows), so the code
+    around them (argument order, lse slicing, masked rows, the mask's padded stride) is what is checked."""
+    from ntkcli.attention import core
+
+    def cuda_flash(q, k, v, dropout, is_causal, debug, scale):
+        assert dropout == 0.0 and not debug
+        return (*core._math(q, k, v, None, scale, is_causal), None, None, 0, 0, None, None, None)
+
+    def cuda_efficient(q, k, v, bias, with_lse, dropout, is_causal, scale):
+        assert with_lse and dropout == 0.0 and (bias is None or bias.stride(-2) % 16 == 0)
+        out, lse = core._math(q, k, v, bias, scale, is_causal)
+        lse = torch.nn.functional.pad(lse.masked_fill(lse == -math.inf, 0.0), (0, -lse.shape[-1] % 32))
+        return out, lse, None, None
+
+    monkeypatch.setattr(core, "kernel", lambda *a: name)
+    monkeypatch.setattr(torch.ops.aten, "_scaled_dot_product_flash_attention", cuda_flash, raising=False)
+    monkeypatch.setattr(torch.ops.aten, "_scaled_dot_product_efficient_attention", cuda_efficient, raising=False)
+    q, k, v = qkv(L=9)
+    if kind == "no key":  # the second sequence has every key masked
+        keep = (torch.arange(9) < torch.tensor([9, 0])[:, None])[:, None, None, :].expand(2, 1, 9, 9)
+        mask, is_causal = keep, False
+    else:
+        mask, is_causal, keep = masks(q.shape[0], q.shape[2])[kind]
+    mean, lse = attention_lse(q, k, v, attn_mask=mask, is_causal=is_causal)
+    scale = q.shape[-1] ** -0.5
+    assert torch.allclose(mean, naive_attention(q, k, v, scale, keep).nan_to_num(0.0), atol=1e-12)
+    s = (q @ k.transpose(-1, -2)) * scale
+    ref = torch.logsumexp(s if keep is None else s.masked_fill(~keep, -math.inf), -1)
+    assert torch.allclose(lse, ref, atol=1e-12)

@@ -47,27 +47,70 @@ def _softmax_weights(s: Tensor, lse: Tensor) -> Tensor:
     return torch.exp(s - lse.masked_fill(lse == NEG_INF, 0.0).unsqueeze(-1))
 
 
-def _fused_ok(q: Tensor, k: Tensor, v: Tensor) -> bool:
-    return q.device.type == "cpu" and q.shape[-1] == k.shape[-1] == v.shape[-1] and q.dtype == k.dtype == v.dtype
+HALF = (torch.float16, torch.bfloat16)
 
 
-def _attention_lse_forward(q, k, v, mask, scale, is_causal):
-    if _fused_ok(q, k, v):
-        out, lse = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu(
-            q, k, v, is_causal=is_causal, attn_mask=mask, scale=scale)
-        if mask is not None:  # the kernel reports lse = 0 for a row with every key masked
-            lse = lse.masked_fill((mask == NEG_INF).all(-1).expand_as(lse), NEG_INF)
-        return out, lse
+def kernel(q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None) -> str:
+    """Which kernel computes (mean, lse): PyTorch's fused kernels that return the log-sum-exp where one
+    applies, else the math path (scores materialised in the work dtype).
+
+    cpu-flash: any float dtype on the CPU, equal head dims. cuda-flash: fp16/bf16 on CUDA, no mask, equal
+    head dims ≤ 256. cuda-efficient (memory-efficient attention): fp32/fp16/bf16 on CUDA with an additive
+    mask or none, head dims multiples of 8. math: anything else (float64 on CUDA, other devices, mixed dtypes).
+    """
+    dims = {q.shape[-1], k.shape[-1], v.shape[-1]}
+    if not q.dtype == k.dtype == v.dtype or (mask is not None and mask.dtype != q.dtype):
+        return "math"
+    if q.device.type == "cpu" and len(dims) == 1:
+        return "cpu-flash"
+    if q.device.type != "cuda":
+        return "math"
+    if q.dtype in HALF and mask is None and len(dims) == 1 and q.shape[-1] <= 256:
+        return "cuda-flash"
+    if q.dtype in (torch.float32, *HALF) and all(d % 8 == 0 for d in dims):
+        return "cuda-efficient"
+    return "math"
+
+
+def _aligned_bias(mask: Tensor, q: Tensor, k: Tensor) -> Tensor:
+    """The additive mask at [B, H, L, S] with its last dimension's stride padded to a multiple of 16 (what
+    the memory-efficient kernel needs; SDPA pads the same way)."""
+    B, H, L, S = *torch.broadcast_shapes(q.shape[:-2], k.shape[:-2]), q.shape[-2], k.shape[-2]
+    full = mask.expand(B, H, L, S)
+    pad = -S % 16
+    return torch.nn.functional.pad(full, (0, pad))[..., :S] if pad else full
+
+
+def _math(q, k, v, mask, scale, is_causal):
     s = _scores(q.to(_work_dtype(q.dtype)), k.to(_work_dtype(q.dtype)), scale, mask, is_causal)
     lse = torch.logsumexp(s, dim=-1)
     return (_softmax_weights(s, lse) @ v.to(s.dtype)).to(v.dtype), lse
 
 
+def _attention_lse_forward(q, k, v, mask, scale, is_causal):
+    name = kernel(q, k, v, mask)
+    if name == "math":
+        return _math(q, k, v, mask, scale, is_causal)
+    if name == "cpu-flash":
+        out, lse = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu(
+            q, k, v, is_causal=is_causal, attn_mask=mask, scale=scale)
+    elif name == "cuda-flash":
+        out, lse = torch.ops.aten._scaled_dot_product_flash_attention(q, k, v, 0.0, is_causal, False, scale=scale)[:2]
+    else:
+        bias = None if mask is None else _aligned_bias(mask, q, k)
+        out, lse = torch.ops.aten._scaled_dot_product_efficient_attention(
+            q, k, v, bias, True, 0.0, is_causal, scale=scale)[:2]
+        lse = lse[..., : q.shape[-2]]  # some versions pad the lse's rows
+    if mask is not None:  # the fused kernels report a finite lse for a row with every key masked
+        lse = lse.masked_fill((mask == NEG_INF).all(-1).expand_as(lse), NEG_INF)
+    return out, lse.to(_work_dtype(q.dtype))
+
+
 class _AttentionLSE(torch.autograd.Function):
     """(softmax(s·QKᵀ + M)·V, logsumexp(s·QKᵀ + M)) with gradients through both outputs.
 
-    The forward uses PyTorch's fused CPU flash kernel where it applies (it returns the lse but does
-    not differentiate it); the backward recomputes the probabilities P and uses
+    The forward uses PyTorch's fused kernels where one applies (`kernel`; they return the lse but do not
+    differentiate it); the backward recomputes the probabilities P and uses
     dS = P ∘ (dO·Vᵀ − rowsum(dO ∘ O) + d_lse), which covers both outputs at once. It walks the query
     rows in blocks of BACKWARD_BLOCK score entries, so training memory grows as L·block, not L².
     """
@@ -121,7 +164,7 @@ def attention_lse(q: Tensor, k: Tensor, v: Tensor, *, scale: float | None = None
     scale = q.shape[-1] ** -0.5 if scale is None else scale
     if 0 in (q.numel(), k.numel(), v.numel()):
         return _empty(q, k, v)
-    mask = additive_mask(attn_mask, _work_dtype(q.dtype) if not _fused_ok(q, k, v) else q.dtype)
+    mask = additive_mask(attn_mask, q.dtype if kernel(q, k, v, None) != "math" else _work_dtype(q.dtype))
     if mask is not None and is_causal:
         mask, is_causal = _causal_into_mask(mask, q.shape[-2], k.shape[-2]), False
     if torch.is_grad_enabled() and (q.requires_grad or k.requires_grad or v.requires_grad):
@@ -147,13 +190,14 @@ def ntk_combine(mean: Tensor, lse: Tensor, f: Tensor, c: Tensor, Z: Tensor, kvec
     g = c.to(wd) + (log_scale.unsqueeze(-1) if log_scale.ndim else log_scale)
     top = torch.maximum(lse.to(wd), g)
     alpha, beta = torch.exp(lse.to(wd) - top), torch.exp(g - top)
-    den = alpha + beta * (f @ kvec.unsqueeze(-1)).squeeze(-1)
+    fzk = f @ torch.cat([Z, kvec.unsqueeze(-1)], dim=-1)  # φ(Q)[Z | k] in one matmul
+    fz, den = fzk[..., :-1], alpha + beta * fzk[..., -1]
     # a row that sees neither an input key nor the prefix (den = 0, e.g. Z = k = 0 on a padded query) is zero
     empty = den == 0
     den = den.masked_fill(empty, 1.0)
     a, b = (alpha / den).masked_fill(empty, 0.0), (beta / den).masked_fill(empty, 0.0)
     # T = (alpha·mean + beta·φ(Q)Z) / den, per-row factors first: two passes over [.., L, dv]
-    return torch.addcmul(a.unsqueeze(-1) * mean.to(wd), f @ Z, b.unsqueeze(-1)).to(mean.dtype)
+    return torch.addcmul(a.unsqueeze(-1) * mean.to(wd), fz, b.unsqueeze(-1)).to(mean.dtype)
 
 
 def ntk_attention(q: Tensor, k: Tensor, v: Tensor, Z: Tensor, kvec: Tensor, *,
