@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from pathlib import Path
 
 import numpy as np
 import pandas as pd
@@ -77,8 +78,6 @@ def _split(ds, tokenizer, max_length: int, by_length: bool = False) -> Split:
 def _task(cfg: SuperGlueRecipe, name: str, tokenizer) -> TaskSplits:
     """The task's train and evaluation splits (carved from validation when it has no train), limited as the
     recipe says, and the selection split carved from train."""
-    from pathlib import Path
-
     root = None if cfg.data.path is None else Path(cfg.data.path).expanduser()
     folder = None if root is None else tasks.task_folder(root, name, len(cfg.data.tasks) == 1)
     dspec = tasks.spec(name, folder, cfg.data.name, cfg.data.max_length)
