@@ -146,6 +146,8 @@ def prefix_scaling(log2ms: list[int], B: int = 1, H: int = 12, L: int = 128, d: 
                    device: str = "cpu") -> pd.DataFrame:
     """NTK-Attention (cost independent of m) against exact SDPA over [prefix; input] for each m: times in
     interleaved rounds (median, min–max), speed-up of the medians, peak memory of one call each."""
+    # peaks first, in fresh processes spawned while this one is small (Linux keeps the max RSS across exec)
+    peaks = {j: [_peak(kind, 2 ** j, B, H, L, d, device) for kind in ("exact-sdpa", "ntk")] for j in log2ms}
     rows = []
     q, k, v, Z, kvec = _inputs(B, H, L, d, device)
     sync = _sync(device)
@@ -159,8 +161,7 @@ def prefix_scaling(log2ms: list[int], B: int = 1, H: int = 12, L: int = 128, d: 
                 lambda: (ntk_attention(q, k, v, Z, kvec), sync()), repeats=9, warmup=1, min_sample=0.05)
         rows.append({"m": m, "log2m": j, **_columns("exact", t_exact), **_columns("ntk", t_ntk),
                      "speedup": t_exact.median / t_ntk.median,
-                     "exact_peak_mib": _peak("exact-sdpa", m, B, H, L, d, device),
-                     "ntk_peak_mib": _peak("ntk", m, B, H, L, d, device)})
+                     "exact_peak_mib": peaks[j][0], "ntk_peak_mib": peaks[j][1]})
     return pd.DataFrame(rows)
 
 

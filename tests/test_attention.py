@@ -256,14 +256,16 @@ def test_infinite_limit_approaches_exact_prefix_in_unit_score_regime():
 
 
 @pytest.mark.parametrize("kwargs", [{}, {"is_causal": True}, {"mask": True}, {"mask": True, "is_causal": True}])
-def test_backward_in_query_blocks_equals_one_block(monkeypatch, kwargs):
-    """The backward walks query rows in blocks (memory L·block, not L²): any block size gives the same
-    gradients (float64), masks and the causal offset of each block included, with Lq ≠ Lk."""
+def test_backward_in_query_blocks_equals_the_fused_cpu_backward(monkeypatch, kwargs):
+    """Two backwards, the same gradients (float64), masks, a row with no key and the causal offset of each
+    block included, with Lq ≠ Lk: the CPU flash kernel's own backward (the default here), and the blocked
+    recomputation used where no fused backward applies (memory L·block, not L²) at any block size."""
     import ntkcli.attention.core as core
 
     g = torch.Generator().manual_seed(5)
     q, k, v = (torch.randn(2, 3, n, 4, generator=g, dtype=F64) for n in (7, 9, 9))
     keep = torch.rand(2, 1, 7, 9, generator=g) > 0.3
+    keep[0, 0, 2] = False
     args = {"is_causal": kwargs.get("is_causal", False), "attn_mask": keep if kwargs.get("mask") else None}
     Z, kv = torch.randn(3, 4, 4, generator=g, dtype=F64), torch.rand(3, 4, generator=g, dtype=F64) + 0.1
     weights = torch.randn(2, 3, 7, 4, generator=g, dtype=F64)
@@ -273,12 +275,14 @@ def test_backward_in_query_blocks_equals_one_block(monkeypatch, kwargs):
         (ntk_attention(*leaves, **args) * weights).sum().backward()
         return [t.grad for t in leaves]
 
-    whole = grads()
-    for block in (1, 9, 20):  # one row, one row of 9 keys, two rows per block
-        monkeypatch.setattr(core, "BACKWARD_BLOCK", block)
-        for a, b in zip(grads(), whole):
-            assert torch.allclose(a, b, rtol=1e-12, atol=1e-12)
+    fused = grads()
+    assert all(torch.isfinite(t).all() for t in fused)
     assert torch.autograd.gradcheck(lambda *t: ntk_attention(*t, **args), [t.clone().requires_grad_() for t in (q, k, v, Z, kv)])
+    monkeypatch.setattr(core, "kernel", lambda *a: "math")
+    for block in (1, 9, 20, 1 << 20):  # one row, one row of 9 keys, two rows per block, all at once
+        monkeypatch.setattr(core, "BACKWARD_BLOCK", block)
+        for a, b in zip(grads(), fused):
+            assert torch.allclose(a, b, rtol=1e-12, atol=1e-12)
 
 
 def _like(device: str, dtype, *shape):

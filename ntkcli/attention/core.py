@@ -106,13 +106,28 @@ def _attention_lse_forward(q, k, v, mask, scale, is_causal):
     return out, lse.to(_work_dtype(q.dtype))
 
 
+def _fused_cpu_backward(q, k, v, mask, out, lse, g_out, g_lse, scale, is_causal):
+    """The CPU flash kernel's backward, made to carry the lse's gradient too: with a ones column appended
+    to V, a zero column to O (and to Q, K, where it changes no score) and g_lse appended to dO, the kernel's
+    dS = P ∘ (dO·Vᵀ − rowsum(dO ∘ O)) becomes P ∘ (dO·Vᵀ − rowsum(dO ∘ O) + g_lse), the gradient of both."""
+    def widen(t: Tensor, value: float) -> Tensor:
+        return torch.cat([t, t.new_full((*t.shape[:-1], 1), value)], dim=-1)
+
+    lse = lse.masked_fill(lse == NEG_INF, 0.0)  # a row with no key: P = 0 either way
+    dq, dk, dv = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu_backward(
+        torch.cat([g_out, g_lse.to(g_out.dtype).unsqueeze(-1)], dim=-1), widen(q, 0.0), widen(k, 0.0), widen(v, 1.0),
+        widen(out, 0.0), lse, 0.0, is_causal, attn_mask=mask, scale=scale)
+    return dq[..., :-1], dk[..., :-1], dv[..., :-1]
+
+
 class _AttentionLSE(torch.autograd.Function):
     """(softmax(s·QKᵀ + M)·V, logsumexp(s·QKᵀ + M)) with gradients through both outputs.
 
     The forward uses PyTorch's fused kernels where one applies (`kernel`; they return the lse but do not
-    differentiate it); the backward recomputes the probabilities P and uses
-    dS = P ∘ (dO·Vᵀ − rowsum(dO ∘ O) + d_lse), which covers both outputs at once. It walks the query
-    rows in blocks of BACKWARD_BLOCK score entries, so training memory grows as L·block, not L².
+    differentiate it). The backward is dS = P ∘ (dO·Vᵀ − rowsum(dO ∘ O) + d_lse), which covers both
+    outputs at once: on the CPU through the flash kernel's own backward (`_fused_cpu_backward`), elsewhere
+    by recomputing P in blocks of BACKWARD_BLOCK score entries per head. Either way training memory grows
+    as L (times the block), not L².
     """
 
     @staticmethod
@@ -125,6 +140,9 @@ class _AttentionLSE(torch.autograd.Function):
     @staticmethod
     def backward(ctx, g_out, g_lse):
         q0, k0, v0, mask, out, lse = ctx.saved_tensors
+        if kernel(q0, k0, v0, mask) == "cpu-flash":
+            return (*_fused_cpu_backward(q0, k0, v0, mask, out, lse, g_out, g_lse, ctx.scale, ctx.is_causal),
+                    None, None, None)
         wd = _work_dtype(q0.dtype)
         q, k, v, out, g_out, g_lse, lse = (t.to(wd) for t in (q0, k0, v0, out, g_out, g_lse, lse))
         L, rows = q.shape[-2], max(1, BACKWARD_BLOCK // max(1, k.shape[-2]))
