@@ -165,11 +165,12 @@ def prefix_scaling(log2ms: list[int], B: int = 1, H: int = 12, L: int = 128, d: 
     return pd.DataFrame(rows)
 
 
-def _training_case(block: int, L: int, B: int, H: int, d: int, device: str, out: mp.Queue) -> None:
+def _training_case(backward: str, L: int, B: int, H: int, d: int, device: str, out: mp.Queue) -> None:
     """One forward + backward of ntk_attention in this (fresh) process: seconds and peak memory rise."""
     from .attention import core
 
-    core.BACKWARD_BLOCK = block
+    core.FUSED_BACKWARD = backward == "fused"
+    core.BACKWARD_BLOCK = 1 << 62 if backward == "one_block" else core.BACKWARD_BLOCK
     q, k, v, Z, kvec = (t.requires_grad_() for t in _inputs(B, H, L, d, device))
     if device == "cuda":
         torch.cuda.reset_peak_memory_stats()
@@ -184,23 +185,25 @@ def _training_case(block: int, L: int, B: int, H: int, d: int, device: str, out:
     out.put((seconds, peak))
 
 
-def training_memory(lengths: list[int], B: int = 1, H: int = 12, d: int = 64, device: str = "cpu") -> pd.DataFrame:
-    """Peak memory of one causal forward + backward against L: the backward in one block (the L × L
-    probabilities at once, as before) and in blocks of core.BACKWARD_BLOCK score entries per head."""
-    from .attention import core
+TRAINING_BACKWARDS = ("one_block", "blocked", "fused")
 
+
+def training_memory(lengths: list[int], B: int = 1, H: int = 12, d: int = 64, device: str = "cpu") -> pd.DataFrame:
+    """Peak memory of one causal forward + backward against L, by backward: the recomputation in one block
+    (the L × L probabilities at once, as before), in blocks of core.BACKWARD_BLOCK score entries per head,
+    and the CPU flash kernel's own backward (the default on the CPU; elsewhere the same as blocked)."""
     ctx = mp.get_context("spawn")
     rows = []
     for L in lengths:
-        res = {}
-        for name, block in (("one_block", 1 << 62), ("blocked", core.BACKWARD_BLOCK)):
+        row = {"L": L}
+        for name in TRAINING_BACKWARDS:
             queue = ctx.Queue()
-            proc = ctx.Process(target=_training_case, args=(block, L, B, H, d, device, queue))
+            proc = ctx.Process(target=_training_case, args=(name, L, B, H, d, device, queue))
             proc.start()
-            res[name] = queue.get()
+            seconds, peak = queue.get()
             proc.join()
-        rows.append({"L": L, "one_block_ms": 1e3 * res["one_block"][0], "blocked_ms": 1e3 * res["blocked"][0],
-                     "one_block_peak_mib": res["one_block"][1], "blocked_peak_mib": res["blocked"][1]})
+            row |= {f"{name}_ms": 1e3 * seconds, f"{name}_peak_mib": peak}
+        rows.append(row)
     return pd.DataFrame(rows)
 
 
@@ -331,7 +334,7 @@ SUITES = {
                     "RSS on CPU, max allocated on CUDA)", True),
     "training-memory": Suite(partial(training_memory, [512, 1024, 2048, 4096]), "training_memory.csv",
                              "causal forward + backward of ntk_attention (B=1, H=12, d=64): peak MiB against L, "
-                             "backward in one block vs in blocks", True),
+                             "backward recomputed in one block, in blocks, and the CPU flash kernel's", True),
     "approx-error": Suite(approx_error_wall_time, "approx_error_time.csv",
                           "approx-error CPU default at --max-log2m 18: seconds per m (stream + methods), total_seconds "
                           "for the whole run", False),

@@ -30,7 +30,8 @@ def _work_dtype(dtype: torch.dtype) -> torch.dtype:
     return torch.float32 if dtype in (torch.float16, torch.bfloat16) else dtype
 
 
-BACKWARD_BLOCK = 1 << 16  # score entries per (batch, head) that the backward holds at once
+BACKWARD_BLOCK = 1 << 16  # score entries per (batch, head) that the recomputing backward holds at once
+FUSED_BACKWARD = True  # on the CPU, the flash kernel's own backward; False: the blocked recomputation
 
 
 def _scores(q: Tensor, k: Tensor, scale: float, mask: Tensor | None, is_causal: bool, first_row: int = 0) -> Tensor:
@@ -140,7 +141,7 @@ class _AttentionLSE(torch.autograd.Function):
     @staticmethod
     def backward(ctx, g_out, g_lse):
         q0, k0, v0, mask, out, lse = ctx.saved_tensors
-        if kernel(q0, k0, v0, mask) == "cpu-flash":
+        if FUSED_BACKWARD and kernel(q0, k0, v0, mask) == "cpu-flash":
             return (*_fused_cpu_backward(q0, k0, v0, mask, out, lse, g_out, g_lse, ctx.scale, ctx.is_causal),
                     None, None, None)
         wd = _work_dtype(q0.dtype)
