@@ -188,7 +188,7 @@ def test_rte_reads_one_task_folder_through_data_path(tmp_path, kind):
     ({"methods": [{"method": "ntk", "lrs": [0.001], "variants": [{"init": "nope"}]}]}, ["init"]),
     ({"methods": [{"method": "ntk"}]}, ["lrs"]),
     ({"data": {"tasks": ["wic"]}}, ["no folder", "WiC"]),
-    ({"data": {"tasks": ["cb"], "max_train": {"copa": 5}}}, ["copa"]),
+    ({"data": {"tasks": ["cb"], "max_train": {"nope": 5}}}, ["max_train", "nope"]),
 ])
 def test_bad_superglue_recipes_exit_2_with_one_line(tmp_path, change, words):
     data = write_superglue(tmp_path / "sg")
