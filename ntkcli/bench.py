@@ -112,34 +112,49 @@ def attention_vs_sdpa(shapes: dict[tuple[int, int, int, int], float], device: st
     return pd.DataFrame(rows)
 
 
+def _measure(fn: Callable[[], object], device: str) -> tuple[float, float]:
+    """Seconds of one call and the peak memory rise in MiB while it ran: the rise of this process's max RSS
+    on the CPU (so call it in a fresh process), torch.cuda.max_memory_allocated on CUDA."""
+    if device == "cuda":
+        torch.cuda.reset_peak_memory_stats()
+    base = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    t0 = time.perf_counter()
+    fn()
+    seconds = time.perf_counter() - t0
+    if device == "cuda":
+        return seconds, torch.cuda.max_memory_allocated() / 2 ** 20
+    return seconds, (resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - base) / 1024
+
+
+def _in_fresh_process(target: Callable, *args):
+    """target(*args, queue) in a spawned process; what it put on the queue. Spawn before this process grows:
+    Linux keeps the max RSS across exec, so a child of a large parent would read no rise."""
+    ctx = mp.get_context("spawn")
+    queue = ctx.Queue()
+    proc = ctx.Process(target=target, args=(*args, queue))
+    proc.start()
+    result = queue.get()
+    proc.join()
+    return result
+
+
+def _prefix(m: int, B: int, H: int, d: int, device: str) -> tuple[torch.Tensor, torch.Tensor]:
+    """An m-long prefix of keys and values (seeded)."""
+    g = torch.Generator().manual_seed(1)
+    pk, pv = (torch.randn(B, H, m, d, generator=g).to(device) for _ in range(2))
+    return pk, pv
+
+
 def _prefix_peak(kind: str, m: int, B: int, H: int, L: int, d: int, device: str, out: mp.Queue) -> None:
     """Peak memory rise of one call (exact SDPA over [prefix; input], or ntk_attention) in this fresh process."""
     with torch.inference_mode():
         q, k, v, Z, kvec = _inputs(B, H, L, d, device)
-        if device == "cuda":
-            torch.cuda.reset_peak_memory_stats()
-        base = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-        if kind == "exact-sdpa":
-            g = torch.Generator().manual_seed(1)
-            pk, pv = (torch.randn(B, H, m, d, generator=g).to(device) for _ in range(2))
-            F.scaled_dot_product_attention(q, torch.cat([pk, k], 2), torch.cat([pv, v], 2))
-        else:
-            ntk_attention(q, k, v, Z, kvec)
-        if device == "cuda":
-            peak = torch.cuda.max_memory_allocated() / 2 ** 20
-        else:
-            peak = (resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - base) / 1024
-    out.put(peak)
 
+        def exact():  # the prefix is part of what exact attention holds
+            pk, pv = _prefix(m, B, H, d, device)
+            return F.scaled_dot_product_attention(q, torch.cat([pk, k], 2), torch.cat([pv, v], 2))
 
-def _peak(kind: str, *args) -> float:
-    ctx = mp.get_context("spawn")
-    queue = ctx.Queue()
-    proc = ctx.Process(target=_prefix_peak, args=(kind, *args, queue))
-    proc.start()
-    peak = queue.get()
-    proc.join()
-    return peak
+        out.put(_measure(exact if kind == "exact-sdpa" else lambda: ntk_attention(q, k, v, Z, kvec), device)[1])
 
 
 def prefix_scaling(log2ms: list[int], B: int = 1, H: int = 12, L: int = 128, d: int = 64,
@@ -147,14 +162,14 @@ def prefix_scaling(log2ms: list[int], B: int = 1, H: int = 12, L: int = 128, d: 
     """NTK-Attention (cost independent of m) against exact SDPA over [prefix; input] for each m: times in
     interleaved rounds (median, min–max), speed-up of the medians, peak memory of one call each."""
     # peaks first, in fresh processes spawned while this one is small (Linux keeps the max RSS across exec)
-    peaks = {j: [_peak(kind, 2 ** j, B, H, L, d, device) for kind in ("exact-sdpa", "ntk")] for j in log2ms}
+    peaks = {j: [_in_fresh_process(_prefix_peak, kind, 2 ** j, B, H, L, d, device) for kind in ("exact-sdpa", "ntk")]
+             for j in log2ms}
     rows = []
     q, k, v, Z, kvec = _inputs(B, H, L, d, device)
     sync = _sync(device)
     for j in log2ms:
         m = 2 ** j
-        g = torch.Generator().manual_seed(1)
-        pk, pv = (torch.randn(B, H, m, d, generator=g).to(device) for _ in range(2))
+        pk, pv = _prefix(m, B, H, d, device)
         with torch.inference_mode():
             t_exact, t_ntk = timings(
                 lambda: (F.scaled_dot_product_attention(q, torch.cat([pk, k], 2), torch.cat([pv, v], 2)), sync()),
@@ -172,17 +187,7 @@ def _training_case(backward: str, L: int, B: int, H: int, d: int, device: str, o
     core.FUSED_BACKWARD = backward == "fused"
     core.BACKWARD_BLOCK = 1 << 62 if backward == "one_block" else core.BACKWARD_BLOCK
     q, k, v, Z, kvec = (t.requires_grad_() for t in _inputs(B, H, L, d, device))
-    if device == "cuda":
-        torch.cuda.reset_peak_memory_stats()
-    base = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-    t0 = time.perf_counter()
-    ntk_attention(q, k, v, Z, kvec, is_causal=True).sum().backward()
-    seconds = time.perf_counter() - t0
-    if device == "cuda":
-        peak = torch.cuda.max_memory_allocated() / 2 ** 20
-    else:
-        peak = (resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - base) / 1024
-    out.put((seconds, peak))
+    out.put(_measure(lambda: ntk_attention(q, k, v, Z, kvec, is_causal=True).sum().backward(), device))
 
 
 TRAINING_BACKWARDS = ("one_block", "blocked", "fused")
@@ -192,16 +197,11 @@ def training_memory(lengths: list[int], B: int = 1, H: int = 12, d: int = 64, de
     """Peak memory of one causal forward + backward against L, by backward: the recomputation in one block
     (the L × L probabilities at once, as before), in blocks of core.BACKWARD_BLOCK score entries per head,
     and the CPU flash kernel's own backward (the default on the CPU; elsewhere the same as blocked)."""
-    ctx = mp.get_context("spawn")
     rows = []
     for L in lengths:
         row = {"L": L}
         for name in TRAINING_BACKWARDS:
-            queue = ctx.Queue()
-            proc = ctx.Process(target=_training_case, args=(name, L, B, H, d, device, queue))
-            proc.start()
-            seconds, peak = queue.get()
-            proc.join()
+            seconds, peak = _in_fresh_process(_training_case, name, L, B, H, d, device)
             row |= {f"{name}_ms": 1e3 * seconds, f"{name}_peak_mib": peak}
         rows.append(row)
     return pd.DataFrame(rows)
