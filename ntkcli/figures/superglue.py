@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import numpy as np
 import pandas as pd
 
 from . import pyplot
@@ -22,7 +23,7 @@ def pareto(summary: pd.DataFrame):
     for ax, task in zip(axes[0], tasks):
         rows = summary[summary.task == task]
         for r in rows.itertuples():
-            ax.errorbar(r.trainable_params, 100 * r.accuracy_mean, yerr=100 * (r.accuracy_std if r.accuracy_std == r.accuracy_std else 0),
+            ax.errorbar(r.trainable_params, 100 * r.accuracy_mean, yerr=100 * np.nan_to_num(r.accuracy_std),
                         fmt="o", capsize=3, color=colors[r.method], label=r.method)
         best = front(rows)
         ax.plot(best.trainable_params, 100 * best.accuracy_mean, "k--", lw=1, drawstyle="steps-post", label="Pareto front")

@@ -61,7 +61,7 @@ def _datasets(cfg: FinetuneRecipe, config, tokenizer, classes=None):
     return *(data.tokenize(s, tokenizer, spec.max_length) for s in splits), DataCollatorWithPadding(tokenizer)
 
 
-def _steps(n: int, batch: int, epochs: int) -> int:
+def optimizer_steps(n: int, batch: int, epochs: int) -> int:
     """Optimizer steps per process (the Trainer shards each batch of batch × world size examples)."""
     return math.ceil(n / (batch * process_rank()[1])) * epochs
 
@@ -79,7 +79,8 @@ def pretrain(cfg: FinetuneRecipe, folder: Run, device: torch.device) -> tuple[Pa
     train_ds, eval_ds, collator = _datasets(cfg, model.config,
                                             None if cfg.data.image_field else load_tokenizer(cfg.model), spec.classes)
     tspec = cfg.train.model_copy(update={"batch_size": spec.batch_size})
-    with folder.task(f"pretrain on classes {spec.classes}", _steps(len(train_ds), spec.batch_size, spec.epochs)) as adv:
+    steps = optimizer_steps(len(train_ds), spec.batch_size, spec.epochs)
+    with folder.task(f"pretrain on classes {spec.classes}", steps) as adv:
         try:
             rows, _ = train(model, train_ds, eval_ds, collator, spec=tspec, lr=spec.lr, epochs=spec.epochs,
                          seed=cfg.seed, device=device, advance=adv)
@@ -194,7 +195,7 @@ def run(cfg: FinetuneRecipe, folder: Run, inputs: Inputs) -> dict[str, pd.DataFr
     results = Results(folder, KEYS, write=is_main_process())
     todo = set(results.todo(points(cfg)))
     pairs = [(spec, seed) for spec in cfg.methods for seed in cfg.seeds if (method_label(spec), seed) in todo]
-    total = len(pairs) * _steps(len(inputs.train), cfg.train.batch_size, cfg.train.epochs)
+    total = len(pairs) * optimizer_steps(len(inputs.train), cfg.train.batch_size, cfg.train.epochs)
     with folder.task(f"fine-tune {len(pairs)} runs", total) as advance:
         for spec, seed in pairs:
             results.add(_train_one(cfg, spec, seed, inputs, None if source is None else str(source), advance))

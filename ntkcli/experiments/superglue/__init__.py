@@ -10,7 +10,6 @@ predictions; summary.csv mean ± std per (view, task, method).
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -19,7 +18,7 @@ import pandas as pd
 
 from ...models import load_tokenizer, model_config
 from ...runs import Results, Run, is_main_process, resolve_device
-from ..finetune import Inputs, quiet, train_method
+from ..finetune import Inputs, optimizer_steps, quiet, train_method
 from ..finetune.data import tokenize
 from . import tasks
 from .claims import COMMAND, TITLE, report, table2  # noqa: F401 — the experiment contract
@@ -150,8 +149,10 @@ def plan(cfg: SuperGlueRecipe) -> list[tuple[str, str]]:
             ("data", cfg.data.path or cfg.data.name)]
 
 
-def _steps(n: int, cfg: SuperGlueRecipe) -> int:
-    return math.ceil(n / cfg.train.batch_size) * cfg.train.epochs
+def _splits(prep: Prepared, stage: str, task: str) -> tuple[Split, Split]:
+    """(trained on, scored on): a selection run's held-out split of train, or a final run's train and evaluation."""
+    splits = prep.tasks[task]
+    return (splits.fit, splits.val) if stage == "select" else (splits.train, splits.eval)
 
 
 def _fit(cfg: SuperGlueRecipe, prep: Prepared, point: tuple, advance) -> tuple[dict, pd.DataFrame | None]:
@@ -159,8 +160,7 @@ def _fit(cfg: SuperGlueRecipe, prep: Prepared, point: tuple, advance) -> tuple[d
     stage, task, label, variant, lr, seed = point
     method = next(m for m in cfg.methods if m.label == label)
     spec = method.candidates()[[variant_name(v) for v in method.variants].index(variant)]
-    splits = prep.tasks[task]
-    train, scored = (splits.fit, splits.val) if stage == "select" else (splits.train, splits.eval)
+    train, scored = _splits(prep, stage, task)
     inputs = Inputs(prep.device, train.rows, scored.rows, prep.collator)
     rows, logits = train_method(cfg, spec, seed, lr, inputs, advance, num_labels=len(tasks.TASKS[task].labels),
                                 per_epoch=False)
@@ -181,8 +181,9 @@ def _fit(cfg: SuperGlueRecipe, prep: Prepared, point: tuple, advance) -> tuple[d
 def _train_all(cfg: SuperGlueRecipe, prep: Prepared, folder: Run, results: Results, predictions: Results,
                points: list[tuple], what: str) -> None:
     todo = results.todo(points)
-    size = {p: len((prep.tasks[p[1]].fit if p[0] == "select" else prep.tasks[p[1]].train).labels) for p in todo}
-    with folder.task(f"{what}: {len(todo)} runs", sum(_steps(n, cfg) for n in size.values())) as advance:
+    steps = sum(optimizer_steps(len(_splits(prep, p[0], p[1])[0].labels), cfg.train.batch_size, cfg.train.epochs)
+                for p in todo)
+    with folder.task(f"{what}: {len(todo)} runs", steps) as advance:
         for point in todo:
             row, predicted = _fit(cfg, prep, point, advance)
             if predicted is not None:

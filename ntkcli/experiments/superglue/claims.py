@@ -117,8 +117,9 @@ def report(runs: list[Run]) -> Section:
             if predictions is None:
                 section.skip(run, "has no readable predictions.csv")
                 continue
-            selection = (run.config() or {}).get("selection", {})
-            diffs = differences(summary, predictions, int(selection.get("bootstrap", 2000)), int((run.config() or {}).get("seed", 0)))
+            config = run.config() or {}
+            diffs = differences(summary, predictions, int(config.get("selection", {}).get("bootstrap", 2000)),
+                                int(config.get("seed", 0)))
             section.claims += _claims(diffs, run.source)
             for view in ("chosen", "paper"):
                 section.tables.append((f"{run.source}: accuracy %, {view} step (paper's ChatGLM3-6B value in brackets)",
