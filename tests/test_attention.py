@@ -81,7 +81,7 @@ def test_zero_key_prefix_is_reproduced_by_a_constant_feature_map():
     m, H, d = 6, 3, 5
     pk = torch.zeros(H, m, d, dtype=F64)
     pv = torch.randn(H, m, d, dtype=F64)
-    const = lambda x: (torch.ones(*x.shape[:-1], 1, dtype=x.dtype), x.new_zeros(x.shape[:-1]))  # noqa: E731
+    const = lambda x, root_scale=1.0: (torch.ones(*x.shape[:-1], 1, dtype=x.dtype), x.new_zeros(x.shape[:-1]))  # noqa: E731
     Z, kv, log_scale = compress_prefix(pk, pv, const, scale=d ** -0.5)[0]
     assert torch.allclose(Z * log_scale.exp()[:, None, None], pv.sum(-2, keepdim=True))
     assert torch.allclose(kv * log_scale.exp()[:, None], torch.full((H, 1), float(m), dtype=F64))
@@ -145,6 +145,38 @@ def test_gradcheck_float64():
         assert torch.autograd.gradcheck(lambda *a: ntk_attention(*a, **kwargs), (q, k, v, Z, kv))
     # fewer queries than keys: the fused forward and the recomputing backward must agree on the mask
     assert torch.autograd.gradcheck(lambda q_, *a: ntk_attention(q_, *a, is_causal=True), (q[:, :, :2], k, v, Z, kv))
+
+
+def test_combination_backward_equals_autograd_of_the_formula():
+    """ntk_combine's written-out backward against autograd through Algorithm 1's line 7 in float64, with a
+    per-head log_scale, a feature shift c, and a row that sees nothing (lse = −inf, φ(q) = 0): zero, zero grads."""
+    from ntkcli.attention import ntk_combine
+
+    g = torch.Generator().manual_seed(3)
+    mean, f = torch.randn(2, 3, 5, 4, generator=g, dtype=F64), torch.rand(2, 3, 5, 4, generator=g, dtype=F64)
+    lse, c = torch.randn(2, 3, 5, generator=g, dtype=F64), torch.randn(2, 3, 5, generator=g, dtype=F64)
+    Z, kv, log_scale = (torch.randn(3, 4, 4, generator=g, dtype=F64), torch.rand(3, 4, generator=g, dtype=F64),
+                        torch.randn(3, generator=g, dtype=F64))
+    lse[1, 2, 3], f[1, 2, 3] = -math.inf, 0.0
+    G = torch.randn(2, 3, 5, 4, generator=g, dtype=F64)
+
+    def formula(mean, lse, f, c, Z, kv, log_scale):
+        a, b = torch.exp(lse), torch.exp(c + log_scale.unsqueeze(-1))
+        num, den = a.unsqueeze(-1) * mean + b.unsqueeze(-1) * (f @ Z), a + b * (f @ kv.unsqueeze(-1)).squeeze(-1)
+        empty = (den == 0).unsqueeze(-1)  # T = 0 there, so its gradients are zero too
+        return torch.where(empty, 0.0, num / den.unsqueeze(-1).masked_fill(empty, 1.0))
+
+    leaves = [t.clone().requires_grad_() for t in (mean, lse, f, c, Z, kv, log_scale)]
+    out = ntk_combine(*leaves)
+    (out * G).sum().backward()
+    ref_leaves = [t.clone().requires_grad_() for t in (mean, lse, f, c, Z, kv, log_scale)]
+    ref = formula(*ref_leaves)
+    (ref * G).sum().backward()
+    assert torch.allclose(out, ref, rtol=1e-12, atol=1e-12) and (out[1, 2, 3] == 0).all()
+    for a, b in zip(leaves, ref_leaves):
+        assert torch.allclose(a.grad, b.grad, rtol=1e-10, atol=1e-12)
+    live = [t.clone().requires_grad_() for t in (mean, lse.clamp_min(-5.0), f + 0.1, c, Z, kv, log_scale)]
+    assert torch.autograd.gradcheck(ntk_combine, live)
 
 
 def test_causal_with_fewer_queries_than_keys_is_top_left_as_in_sdpa():
@@ -283,6 +315,40 @@ def test_backward_in_query_blocks_equals_the_fused_cpu_backward(monkeypatch, kwa
         monkeypatch.setattr(core, "BACKWARD_BLOCK", block)
         for a, b in zip(grads(), fused):
             assert torch.allclose(a, b, rtol=1e-12, atol=1e-12)
+
+
+@pytest.mark.parametrize("zero_rows", [False, True])
+def test_fused_cpu_backward_carries_the_lse_gradient_in_both_forms(monkeypatch, zero_rows):
+    """The CPU flash backward gets the lse's gradient through a shifted O (every row with dO ≠ 0), or through
+    an appended column where some row has g_lse ≠ 0 but dO = 0 (zero_rows): both equal the recomputation."""
+    import ntkcli.attention.core as core
+
+    g = torch.Generator().manual_seed(8)
+    q, k, v = (torch.randn(2, 3, n, 4, generator=g, dtype=F64) for n in (6, 8, 8))
+    w_mean, w_lse = torch.randn(2, 3, 6, 4, generator=g, dtype=F64), torch.randn(2, 3, 6, generator=g, dtype=F64)
+    if zero_rows:
+        w_mean[0, 1, 2] = 0.0
+
+    def grads():
+        leaves = [t.clone().requires_grad_() for t in (q, k, v)]
+        mean, lse = attention_lse(*leaves, is_causal=True)
+        ((mean * w_mean).sum() + (lse * w_lse).sum()).backward()
+        return [t.grad for t in leaves]
+
+    fused = grads()
+    monkeypatch.setattr(core, "FUSED_BACKWARD", False)
+    for a, b in zip(grads(), fused):
+        assert torch.allclose(a, b, rtol=1e-12, atol=1e-12)
+
+
+@pytest.mark.parametrize("name", ["elu", "taylor2", "favor", "identity"])
+def test_feature_maps_fold_the_input_scale(name):
+    """φ(x, r) is φ(r·x): each map folds r into its first operation (elu into ATen's input_scale)."""
+    phi = feature_map(name, 5, num_features=16, seed=1)
+    x = torch.randn(4, 7, 5, dtype=F64)
+    for r in (0.3, 1.0, 2.5):
+        (f1, c1), (f2, c2) = phi(x, r), phi(x * r)
+        assert torch.allclose(f1 * torch.exp(c1).unsqueeze(-1), f2 * torch.exp(c2).unsqueeze(-1), rtol=1e-13, atol=1e-13)
 
 
 def _like(device: str, dtype, *shape):

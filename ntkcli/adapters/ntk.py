@@ -60,7 +60,7 @@ def forward(module: nn.Module, q: Tensor, k: Tensor, v: Tensor, *, mask: Tensor 
     """Algorithm 1 with this module's (Z, k), each key/value head's pair shared by its query heads."""
     groups = q.shape[1] // module.ntk_Z.shape[0]
     mean, lse = attention_lse(q, k, v, scale=scale, attn_mask=mask, is_causal=is_causal)
-    f, c = module.ntk_feature_map(q.to(torch.promote_types(q.dtype, torch.float32)) * math.sqrt(scale))
+    f, c = module.ntk_feature_map(q.to(torch.promote_types(q.dtype, torch.float32)), math.sqrt(scale))
     out = ntk_combine(mean, lse, f, c, repeat_kv(module.ntk_Z, groups, 0), repeat_kv(module.ntk_k, groups, 0),
                       repeat_kv(module.ntk_log_scale, groups, 0))
     # a padded query (no visible input key) is zero, as SDPA gives: its φ(Q)Z/φ(Q)k is unbounded once k is

@@ -108,15 +108,25 @@ def _attention_lse_forward(q, k, v, mask, scale, is_causal):
 
 
 def _fused_cpu_backward(q, k, v, mask, out, lse, g_out, g_lse, scale, is_causal):
-    """The CPU flash kernel's backward, made to carry the lse's gradient too: with a ones column appended
-    to V, a zero column to O (and to Q, K, where it changes no score) and g_lse appended to dO, the kernel's
-    dS = P ∘ (dO·Vᵀ − rowsum(dO ∘ O)) becomes P ∘ (dO·Vᵀ − rowsum(dO ∘ O) + g_lse), the gradient of both."""
+    """The CPU flash kernel's backward, made to carry the lse's gradient too. The kernel's
+    dS = P ∘ (dO·Vᵀ − rowsum(dO ∘ O)) reads O only in that row sum, so passing O' = O − g_lse·dO/‖dO‖²
+    (rowsum(dO ∘ O') = rowsum(dO ∘ O) − g_lse) gives P ∘ (dO·Vᵀ − rowsum(dO ∘ O) + g_lse), the gradient of
+    both outputs. Where a row has g_lse ≠ 0 but dO = 0, one column is appended instead: ones to V, zeros to
+    O, Q and K (no score changes) and g_lse to dO."""
+    lse = lse.masked_fill(lse == NEG_INF, 0.0)  # a row with no key: P = 0 either way
+    g_lse = g_lse.to(g_out.dtype).unsqueeze(-1)
+    norm2 = (g_out * g_out).sum(-1, keepdim=True)
+    shift = torch.where(g_lse == 0, 0.0, g_lse / norm2)
+    if torch.isfinite(shift).all() and torch.isfinite(norm2).all():  # then |shift·dO| ≤ |g_lse|/‖dO‖ is finite too
+        return torch.ops.aten._scaled_dot_product_flash_attention_for_cpu_backward(
+            g_out, q, k, v, torch.addcmul(out, shift, g_out, value=-1.0), lse, 0.0, is_causal, attn_mask=mask,
+            scale=scale)
+
     def widen(t: Tensor, value: float) -> Tensor:
         return torch.cat([t, t.new_full((*t.shape[:-1], 1), value)], dim=-1)
 
-    lse = lse.masked_fill(lse == NEG_INF, 0.0)  # a row with no key: P = 0 either way
     dq, dk, dv = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu_backward(
-        torch.cat([g_out, g_lse.to(g_out.dtype).unsqueeze(-1)], dim=-1), widen(q, 0.0), widen(k, 0.0), widen(v, 1.0),
+        torch.cat([g_out, g_lse], dim=-1), widen(q, 0.0), widen(k, 0.0), widen(v, 1.0),
         widen(out, 0.0), lse, 0.0, is_causal, attn_mask=mask, scale=scale)
     return dq[..., :-1], dk[..., :-1], dv[..., :-1]
 
@@ -199,24 +209,44 @@ def merge(mean1: Tensor, lse1: Tensor, mean2: Tensor, lse2: Tensor) -> tuple[Ten
     return w1 * mean1 + w2 * mean2, lse
 
 
+class _Combine(torch.autograd.Function):
+    """T = a·mean + b·φZ with a = α/den, b = β/den, den = α + β·φk (Algorithm 1, line 7), from mean, α, β and
+    φ[Z | k]; a row with den = 0 (no input key, no prefix) is zero. Its backward, written out, takes four passes
+    over [.., L, dv] where autograd's takes about a dozen: with G = dT, u = G·mean, w = G·φZ and G·T = a·u + b·w,
+    d mean = a·G, d φZ = b·G, d φk = −b·(G·T), dα = (u − G·T)/den, dβ = (w − φk·(G·T))/den."""
+
+    @staticmethod
+    def forward(ctx, mean, alpha, beta, fzk):
+        fz, fk = fzk[..., :-1], fzk[..., -1]
+        den = torch.addcmul(alpha, beta, fk)
+        den = den.masked_fill(den == 0, math.inf)  # then a = b = 0, and so are their gradients
+        a, b = alpha / den, beta / den
+        ctx.save_for_backward(mean, fzk, a, b, den)
+        return (a.unsqueeze(-1) * mean).addcmul_(fz, b.unsqueeze(-1))
+
+    @staticmethod
+    def backward(ctx, G):
+        mean, fzk, a, b, den = ctx.saved_tensors
+        fz, fk = fzk[..., :-1], fzk[..., -1]
+        u, w = (G * mean).sum(-1), (G * fz).sum(-1)
+        GT = torch.addcmul(a * u, b, w)
+        d_fzk = torch.empty_like(fzk)
+        torch.mul(G, b.unsqueeze(-1), out=d_fzk[..., :-1])
+        d_fzk[..., -1] = -b * GT
+        return G * a.unsqueeze(-1), (u - GT) / den, (w - fk * GT) / den, d_fzk
+
+
 def ntk_combine(mean: Tensor, lse: Tensor, f: Tensor, c: Tensor, Z: Tensor, kvec: Tensor,
                 log_scale: Tensor | float = 0.0) -> Tensor:
     """Lines 6–7 of Algorithm 1 given the input attention as (mean, lse) and φ(Q) = exp(c)·f:
     T = (e^lse·mean + e^g·f Z) / (e^lse + e^g·f k), g = c + log_scale, shifted by max(lse, g)."""
     wd = _work_dtype(mean.dtype)
-    f, Z, kvec = f.to(wd), Z.to(wd), kvec.to(wd)
+    f, Z, kvec, lse = f.to(wd), Z.to(wd), kvec.to(wd), lse.to(wd)
     log_scale = torch.as_tensor(log_scale, dtype=wd, device=f.device)
     g = c.to(wd) + (log_scale.unsqueeze(-1) if log_scale.ndim else log_scale)
-    top = torch.maximum(lse.to(wd), g)
-    alpha, beta = torch.exp(lse.to(wd) - top), torch.exp(g - top)
+    top = torch.maximum(lse, g)
     fzk = f @ torch.cat([Z, kvec.unsqueeze(-1)], dim=-1)  # φ(Q)[Z | k] in one matmul
-    fz, den = fzk[..., :-1], alpha + beta * fzk[..., -1]
-    # a row that sees neither an input key nor the prefix (den = 0, e.g. Z = k = 0 on a padded query) is zero
-    empty = den == 0
-    den = den.masked_fill(empty, 1.0)
-    a, b = (alpha / den).masked_fill(empty, 0.0), (beta / den).masked_fill(empty, 0.0)
-    # T = (alpha·mean + beta·φ(Q)Z) / den, per-row factors first: two passes over [.., L, dv]
-    return torch.addcmul(a.unsqueeze(-1) * mean.to(wd), fz, b.unsqueeze(-1)).to(mean.dtype)
+    return _Combine.apply(mean.to(wd), torch.exp(lse - top), torch.exp(g - top), fzk).to(mean.dtype)
 
 
 def ntk_attention(q: Tensor, k: Tensor, v: Tensor, Z: Tensor, kvec: Tensor, *,
@@ -232,5 +262,5 @@ def ntk_attention(q: Tensor, k: Tensor, v: Tensor, Z: Tensor, kvec: Tensor, *,
     """
     scale = q.shape[-1] ** -0.5 if scale is None else scale
     mean, lse = attention_lse(q, k, v, scale=scale, attn_mask=attn_mask, is_causal=is_causal)
-    f, c = feature_map(q.to(_work_dtype(q.dtype)) * math.sqrt(scale))
+    f, c = feature_map(q.to(_work_dtype(q.dtype)), math.sqrt(scale))
     return ntk_combine(mean, lse, f, c, Z, kvec, log_scale)

@@ -1,8 +1,10 @@
-"""Feature maps φ for NTK-Attention, each returning φ(x) as (f, c) with φ(x) = exp(c)[..., None] · f.
+"""Feature maps φ for NTK-Attention, each called as φ(x, r) and returning φ(r·x) as (f, c) with
+φ(r·x) = exp(c)[..., None] · f.
 
 The exponent c lets positive random features (whose raw values overflow for large inputs) stay
-finite; maps that need no such shift return c = 0. Inputs are already multiplied by √s, so the
-exp-approximating maps satisfy φ(√s q)·φ(√s k) ≈ exp(s q·k) (Eq. 3).
+finite; maps that need no such shift return c = 0. NTK-Attention calls them with r = √s, so the
+exp-approximating maps satisfy φ(√s q)·φ(√s k) ≈ exp(s q·k) (Eq. 3); each map folds r into its
+first operation instead of spending a pass over x on the product.
 """
 
 from __future__ import annotations
@@ -14,7 +16,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-FeatureMap = Callable[[Tensor], tuple[Tensor, Tensor]]
+FeatureMap = Callable[..., tuple[Tensor, Tensor]]  # φ(x, root_scale=1.0) → (f, c)
 FEATURE_MAPS = ("elu", "taylor2", "favor", "identity")
 
 
@@ -22,18 +24,24 @@ def _no_shift(x: Tensor) -> Tensor:
     return x.new_zeros(x.shape[:-1])
 
 
-def identity(x: Tensor) -> tuple[Tensor, Tensor]:
+def identity(x: Tensor, root_scale: float = 1.0) -> tuple[Tensor, Tensor]:
     """φ(x) = x."""
-    return x, _no_shift(x)
+    return x * root_scale, _no_shift(x)
 
 
-def elu(x: Tensor) -> tuple[Tensor, Tensor]:
-    """φ(x) = ELU(x) + 1, the paper's released code (its ELU(x/d^¼) + 1 is this map at s = 1/√d)."""
-    return F.elu(x).add_(1.0), _no_shift(x)
+def elu(x: Tensor, root_scale: float = 1.0) -> tuple[Tensor, Tensor]:
+    """φ(x) = ELU(x) + 1, the paper's released code (its ELU(x/d^¼) + 1 is this map at s = 1/√d).
+
+    ATen's elu takes the input's scale itself: elu(x, α, scale, input_scale) is scale·x for x > 0 and
+    α·scale·(exp(input_scale·x) − 1) below, so α = 1/r, scale = input_scale = r gives ELU(r·x) in one pass."""
+    r = root_scale
+    out = torch.ops.aten.elu(x, 1.0 / r, r, r) if r > 0 else F.elu(x * r)
+    return out.add_(1.0), _no_shift(x)
 
 
-def taylor2(x: Tensor) -> tuple[Tensor, Tensor]:
+def taylor2(x: Tensor, root_scale: float = 1.0) -> tuple[Tensor, Tensor]:
     """Second-order Taylor features: φ(x)·φ(y) = 1 + x·y + (x·y)²/2, dimension 1 + d + d(d+1)/2."""
+    x = x * root_scale
     d = x.shape[-1]
     i, j = torch.triu_indices(d, d, device=x.device)
     weight = torch.ones(len(i), dtype=x.dtype, device=x.device).masked_fill(i == j, 0.5 ** 0.5)  # exact in x's dtype
@@ -57,10 +65,10 @@ class Favor:
         norms = torch.randn(num_features, dim, generator=gen, dtype=torch.float64).norm(dim=-1, keepdim=True)
         self.omega = torch.cat(blocks)[:num_features] * norms  # [r, d]
 
-    def __call__(self, x: Tensor) -> tuple[Tensor, Tensor]:
-        omega = self.omega.to(dtype=x.dtype, device=x.device)
+    def __call__(self, x: Tensor, root_scale: float = 1.0) -> tuple[Tensor, Tensor]:
+        omega = self.omega.to(dtype=x.dtype, device=x.device) * root_scale  # ω·(r x) = (r ω)·x
         r = omega.shape[0]
-        logits = x @ omega.T - 0.5 * (x * x).sum(-1, keepdim=True) - 0.5 * math.log(r)
+        logits = x @ omega.T - (0.5 * root_scale ** 2) * (x * x).sum(-1, keepdim=True) - 0.5 * math.log(r)
         c = logits.amax(dim=-1)
         return torch.exp(logits - c.unsqueeze(-1)), c
 

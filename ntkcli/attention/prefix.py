@@ -75,7 +75,7 @@ def compress_prefix(pk: Tensor, pv: Tensor, feature_map: FeatureMap, *, scale: f
     Z = kvec = None
     out = []
     for start, stop, is_end in _spans(ends, chunk):
-        f, c = feature_map(pk[..., start:stop, :] * math.sqrt(scale))
+        f, c = feature_map(pk[..., start:stop, :], math.sqrt(scale))
         new_top = torch.maximum(top, c.amax(-1))
         shrink = torch.exp(top - new_top)
         fw = f * torch.exp(c - new_top.unsqueeze(-1)).unsqueeze(-1)

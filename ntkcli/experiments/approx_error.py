@@ -196,11 +196,11 @@ def _ntk_output(method: str, cfg: ApproxErrorRecipe, dr: Draw, ex: Exact, compre
         mean_p, lse_p = infinite_prefix_limit(ex.q[test], dr.w_k, dr.w_v, sigma=cfg.prefix_std, scale=s, m=ex.m)
         return merge(ex.mean_x[test], ex.lse_x[test], mean_p, lse_p)[0]
     phi = feature_map(FEATURES[method], cfg.d, cfg.favor_features, seed)
-    f, c = phi(ex.q[test] * math.sqrt(s))  # features of the training queries only where a fit needs them
+    f, c = phi(ex.q[test], math.sqrt(s))  # features of the training queries only where a fit needs them
     if method.startswith("compress-"):
         Z, kvec, log_scale = compressed[method][ex.m]
     else:
-        f_train, c_train = (_flat(t) for t in phi(ex.q[train] * math.sqrt(s)))
+        f_train, c_train = (_flat(t) for t in phi(ex.q[train], math.sqrt(s)))
         if method == "fit-lstsq":
             Z, kvec, log_scale = fit_prefix_lstsq(f_train, c_train, _flat(ex.mean_p[train]),
                                                   _flat(ex.lse_p[train]), ridge=cfg.ridge)
