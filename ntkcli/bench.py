@@ -288,15 +288,15 @@ def finetune_step(device: str = "cpu", batch: int = 32, length: int = 128, repea
                          "batch": batch, "length": length})
 
 
-def scaling_law_points(sizes: tuple[int, ...] = (18, 48), steps: int = 300) -> pd.DataFrame:
-    """Sweep points per minute for groups of students of one (m, depth) (18: the CPU recipe's group,
-    6 data sizes × 3 seeds; 48: 6 × 8), trained vectorised (vmap forward, one backward) against one
-    at a time (the same code, groups of one)."""
+def scaling_law_points(sizes: tuple[int, ...] = (18, 48)) -> pd.DataFrame:
+    """Sweep points per minute for a group of students of one (m, depth), at the CPU recipe's steps and
+    checkpoints (18: its group, 6 data sizes × 3 seeds; 48: 6 × 8), trained together (packed batches, one
+    backward) against one at a time (the same code, groups of one)."""
     from .experiments import scaling_law as sl
 
     rows = []
     for size in sizes:
-        cfg = sl.RECIPE(steps=steps, seeds=-(-size // 6))
+        cfg = sl.RECIPE(seeds=-(-size // 6))
         teacher = sl.Teacher(cfg, torch.float32)
         pools, test = sl.data_pools(cfg, teacher, list(range(cfg.seeds)), torch.float32)
         group = [(n, s) for s in range(cfg.seeds) for n in cfg.n_values][:size]
@@ -307,7 +307,7 @@ def scaling_law_points(sizes: tuple[int, ...] = (18, 48), steps: int = 300) -> p
         for student in group:
             sl.train_group(cfg, cfg.base_width, cfg.base_depth, [student], teacher, pools, test)
         t_loop = time.perf_counter() - t0
-        rows.append({"students": len(group), "steps": steps, "width": cfg.base_width,
+        rows.append({"students": len(group), "steps": cfg.steps, "checkpoints": cfg.checkpoints, "width": cfg.base_width,
                      "vectorised_points_per_min": 60 * len(group) / t_vec,
                      "one_at_a_time_points_per_min": 60 * len(group) / t_loop, "speedup": t_loop / t_vec})
     return pd.DataFrame(rows)
@@ -330,7 +330,7 @@ SUITES = {
     "attention": Suite(partial(attention_vs_sdpa, ATTENTION_TARGETS), "attention.csv",
                        "ntk_attention vs SDPA without prefix, forward and forward+backward (ms: median, min–max)", True),
     "prefix": Suite(partial(prefix_scaling, list(range(10, 19))), "prefix.csv",
-                    "ntk_attention vs exact SDPA over [prefix; input] (B=1, H=12, L=128, d=64; peak MiB: rise of max "
+                    "ntk_attention vs exact SDPA over the prefix and the input (B=1, H=12, L=128, d=64; peak MiB: rise of max "
                     "RSS on CPU, max allocated on CUDA)", True),
     "training-memory": Suite(partial(training_memory, [512, 1024, 2048, 4096]), "training_memory.csv",
                              "causal forward + backward of ntk_attention (B=1, H=12, d=64): peak MiB against L, "
@@ -341,5 +341,5 @@ SUITES = {
     "ntk": Suite(ntk_closed_vs_autodiff, "ntk.csv", "paper 1's full NTK: closed form vs torch.func (float64)", False),
     "finetune": Suite(finetune_step, "finetune.csv", "training step (AdamW) on MiniLM-L6, batch 32 × 128 tokens", True),
     "scaling-law": Suite(scaling_law_points, "scaling_law.csv",
-                         "scaling-law students: vectorised (vmap) vs one at a time", False),
+                         "scaling-law students: a packed group vs one at a time", False),
 }

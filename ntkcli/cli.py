@@ -25,7 +25,7 @@ from rich.table import Table
 from .errors import UserError
 from .experiments import Experiment, registry
 from .recipes import Recipe, load_recipe, parse_overrides
-from .runs import Run, is_main_process, resolve_device
+from .runs import Run, is_main_process, keep_freed_memory, resolve_device
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, rich_markup_mode="rich",
                   help="NTK-Attention and the NTK theory of prefix learning and transformer scaling laws.")
@@ -57,6 +57,7 @@ def _main() -> None:
     Each command runs one experiment from a YAML recipe and writes CSVs, figures and run.json to
     outputs/<command>/<recipe>/.
     """
+    keep_freed_memory()
 
 
 @contextlib.contextmanager
@@ -212,7 +213,7 @@ def bench(
 ) -> None:
     """Speed and memory of the attention kernels and of each experiment's hot loop, as ratios measured in one run (not part of the tests).
 
-    Suites: attention (forward vs SDPA), prefix (vs exact SDPA over [prefix; input], m = 2^10 … 2^18), approx-error (wall time of the CPU default), ntk (closed-form vs autodiff NTK), finetune (training step on MiniLM-L6 per method), scaling-law (vectorised vs one student at a time).
+    Suites: attention (forward and forward+backward vs SDPA), prefix (vs exact SDPA over the prefix and the input, m = 2^10 … 2^18), training-memory (peak against L), approx-error (wall time of the CPU default), ntk (closed-form vs autodiff NTK), finetune (training step on MiniLM-L6 per method), scaling-law (a packed group of students vs one at a time).
     """
     from .bench import SUITES
     from .runs import atomic_write, sweep_temp

@@ -96,6 +96,21 @@ def test_a_student_trains_the_same_alone_and_in_a_vectorised_group():
     assert np.allclose(together.excess_risk, alone.excess_risk, rtol=1e-10)
 
 
+def test_batches_drawn_in_chunks_are_the_per_step_draws():
+    """The packed mini-batches come from each student's own stream, drawn 64 steps at a time: the same indices
+    as one draw per step, b_i distinct indices below n_i per student."""
+    students, b = [(8, 0), (20, 1)], torch.tensor([2, 5])
+
+    def stream(chunk):
+        gens = [torch.Generator().manual_seed(10 + i) for i in range(2)]
+        return torch.stack(list(sl._batches(gens, students, b, 130, chunk=chunk)))
+
+    chunked, per_step = stream(64), stream(1)
+    assert chunked.shape == (130, 7) and torch.equal(chunked, per_step)
+    assert (chunked[:, :2] < 8).all() and (chunked[:, 2:] < 20).all()
+    assert all(len(set(row[:2].tolist())) == 2 and len(set(row[2:].tolist())) == 5 for row in chunked)
+
+
 def test_scaling_law_cli_runs_fits_and_resumes(tmp_path):
     r = invoke("scaling-law", *TINY_SETS, "--out", tmp_path)
     assert r.exit_code == 0, r.output

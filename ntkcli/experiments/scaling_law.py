@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import math
 from enum import IntEnum
-from typing import Literal
+from typing import Iterator, Literal
 
 import numpy as np
 import pandas as pd
@@ -167,7 +167,11 @@ def excess_risk(F: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
 def train_group(cfg: ScalingLawRecipe, width: int, depth: int, students: list[tuple[int, int]], teacher: Teacher,
                 pools: dict[int, tuple[torch.Tensor, torch.Tensor]], test: tuple[torch.Tensor, torch.Tensor],
                 advance=lambda k=1: None) -> pd.DataFrame:
-    """SGD for every (N, seed) student of one (m, depth) at once; risk and training loss at checkpoints."""
+    """SGD for every (N, seed) student of one (m, depth) at once; risk and training loss at checkpoints.
+
+    The students' mini-batches are packed, not padded: row r of a step is one sequence of student who[r], run
+    through that student's own parameters (gathered per row), so a step costs Σ_i b_i sequences, not
+    (students)·max_i b_i; the gradient of the rows' summed loss is each student's own gradient."""
     shape, dtype = cfg.transformer.shape(width, depth), getattr(torch, cfg.dtype)
     inits = [transformer.init(shape, seed_for(cfg.seed, seed, width, depth), dtype=dtype) for _, seed in students]
     params = {k: torch.stack([p[k] for p, _ in inits]) for k in TRAINED_AXES}
@@ -176,13 +180,7 @@ def train_group(cfg: ScalingLawRecipe, width: int, depth: int, students: list[tu
     b = torch.tensor([batch_size(cfg, s[0]) for s in students])
     X = torch.stack([pools[seed][0] for _, seed in students])  # [S, n_max, L, d]; student i uses its first n_i
     Y = torch.stack([pools[seed][1] for _, seed in students])
-    own = (torch.arange(X.shape[1]) < n[:, None]).to(dtype) / n[:, None]  # weights of the whole training set
-
-    def loss(p, f, x, y, w):
-        return 0.5 * (w * (transformer.forward(p, f, x, shape) - y).pow(2).sum((-1, -2))).sum()
-
-    losses = vmap(loss, in_dims=(TRAINED_AXES, FROZEN_AXES, 0, 0, 0))  # every student's loss; their sum's gradient is
-    # each student's own gradient (no parameter is shared), and autograd on it beats vmap(grad) ~4×
+    everyone, batch_rows = Packing(n, frozen, dtype), Packing(b, frozen, dtype)
 
     def test_risk(p, f):
         return excess_risk(transformer.forward(p, f, test[0], shape), test[1])
@@ -190,40 +188,54 @@ def train_group(cfg: ScalingLawRecipe, width: int, depth: int, students: list[tu
     risk = vmap(test_risk, in_dims=(TRAINED_AXES, FROZEN_AXES))
     # one batch stream per student, so that its trajectory is the same alone, in any group, on any rank
     gens = [torch.Generator().manual_seed(seed_for(cfg.seed, Stream.BATCHES, n_i, width, depth, s)) for n_i, s in students]
-    slots = torch.arange(int(b.max()))
-    weights = (slots < b[:, None]).to(dtype) / b[:, None]
-    marks, rows = set(checkpoint_steps(cfg.steps, cfg.checkpoints)), []
+    marks, rows, batches = set(checkpoint_steps(cfg.steps, cfg.checkpoints)), [], _batches(gens, students, b, cfg.steps)
     for t in range(cfg.steps + 1):
         if t in marks:
             with torch.no_grad():
-                r, tl = risk(params, frozen), losses(params, frozen, X, Y, own)
+                r, tl = risk(params, frozen), everyone.losses(params, X, Y, everyone.first, shape)
             rows += [{"n": n_i, "width": width, "depth": depth, "seed": s, "step": t,
                       "excess_risk": float(r[i]), "train_loss": float(tl[i]), "batch": int(b[i]),
                       "model_size": shape.size, "compute": shape.size * t * int(b[i])}
                      for i, (n_i, s) in enumerate(students)]
         if t == cfg.steps:
             break
-        idx = _batches(gens, students, X.shape[1], len(slots))
         leaves = {k: v.detach().requires_grad_() for k, v in params.items()}
-        g = torch.autograd.grad(losses(leaves, frozen, _rows(X, idx), _rows(Y, idx), weights).sum(),
-                                list(leaves.values()))
+        loss = batch_rows.losses(leaves, X, Y, next(batches), shape).sum()
+        g = torch.autograd.grad(loss, list(leaves.values()))
         params = {k: v.detach() - cfg.lr * gk for (k, v), gk in zip(leaves.items(), g)}
         advance(1)
     return pd.DataFrame(rows)
 
 
-def _batches(gens: list[torch.Generator], students: list[tuple[int, int]], n_max: int, size: int) -> torch.Tensor:
-    """Each student's mini-batch: `size` indices whose first b_i are distinct among its own n_i examples, drawn
-    from its own stream (n_i numbers a step), so they depend neither on the other students nor on the largest N."""
-    keys = torch.full((len(students), n_max), 2.0)
-    for row, g, (n_i, _) in zip(keys, gens, students):
-        row[:n_i] = torch.rand(n_i, generator=g)
-    return keys.argsort(-1)[:, :size]
+class Packing:
+    """Rows of several students packed into one batch: student i owns count[i] consecutive rows (who[r] says
+    whose row r is), each weighted 1/count[i], so that a student's loss is the mean over its own rows."""
+
+    def __init__(self, count: torch.Tensor, frozen: dict[str, torch.Tensor], dtype):
+        self.students = len(count)
+        self.who = torch.repeat_interleave(torch.arange(len(count)), count)
+        self.first = torch.cat([torch.arange(int(c)) for c in count])  # each student's first count[i] examples
+        self.weight = (1.0 / count.to(dtype))[self.who]
+        self.frozen = {"A": frozen["A"].index_select(0, self.who), "E": frozen["E"]}  # per row, once
+
+    def losses(self, params, X, Y, examples, shape) -> torch.Tensor:
+        """Each student's ½·mean over its rows of ‖F(x) − y‖²_F, x = X[who, examples], through its own parameters."""
+        mine = {k: v.index_select(0, self.who) for k, v in params.items()}
+        flat = self.who * X.shape[1] + examples  # row r is X[who[r], examples[r]]
+        x, y = X.flatten(0, 1).index_select(0, flat), Y.flatten(0, 1).index_select(0, flat)
+        per_row = 0.5 * self.weight * (transformer.forward(mine, self.frozen, x, shape) - y).pow(2).sum((-1, -2))
+        return per_row.new_zeros(self.students).index_add_(0, self.who, per_row)
 
 
-def _rows(T: torch.Tensor, idx: torch.Tensor) -> torch.Tensor:
-    """T[i, idx[i]] for every student i: its mini-batch of sequences."""
-    return torch.gather(T, 1, idx[..., None, None].expand(-1, -1, *T.shape[2:]))
+def _batches(gens: list[torch.Generator], students: list[tuple[int, int]], b: torch.Tensor, steps: int,
+             chunk: int = 64) -> Iterator[torch.Tensor]:
+    """Each step's packed mini-batches: for student i, b_i distinct indices among its own n_i examples (the b_i
+    smallest of n_i uniform keys from its own stream), so they depend neither on the other students nor on the
+    largest N. Keys are drawn `chunk` steps at a time (the same stream as one draw per step)."""
+    for start in range(0, steps, chunk):
+        rows = min(chunk, steps - start)
+        yield from torch.cat([torch.rand(rows, n_i, generator=g).argsort(-1)[:, : int(b_i)]
+                              for g, (n_i, _), b_i in zip(gens, students, b)], dim=1)
 
 
 def data_pools(cfg: ScalingLawRecipe, teacher: Teacher, seeds: list[int], dtype):

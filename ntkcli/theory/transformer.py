@@ -64,15 +64,17 @@ def attention_weights(X: Tensor, U: Tensor, shape: Shape) -> Tensor:
 
 
 def block_mlp(X: Tensor, U: Tensor, W: Tensor, A: Tensor, shape: Shape) -> Tensor:
-    """μ = (ω/√m)·ReLU(σ X W) A: the block's output before the residual."""
-    return shape.omega / math.sqrt(shape.m) * torch.relu(attention_weights(X, U, shape) @ X @ W) @ A
+    """μ = (ω/√m)·ReLU(σ X W) A: the block's output before the residual (ω/√m applied last, on [.., L, d])."""
+    return (torch.relu(attention_weights(X, U, shape) @ X @ W) @ A) * (shape.omega / math.sqrt(shape.m))
 
 
 def hidden_states(params: dict[str, Tensor], frozen: dict[str, Tensor], X: Tensor, shape: Shape) -> list[Tensor]:
-    """Λ_0 = X + E, Λ_ν = μ_ν + Λ_{ν−1}, for ν = 1 … N."""
+    """Λ_0 = X + E, Λ_ν = μ_ν + Λ_{ν−1}, for ν = 1 … N. Parameters may carry leading dims that match X's
+    (U [..., N, d, d] with X [..., L, d]): one set per sequence, as when students' batches are packed."""
     states = [X + frozen["E"]]
-    for nu in range(shape.depth):
-        states.append(block_mlp(states[-1], params["U"][nu], params["W"][nu], frozen["A"][nu], shape) + states[-1])
+    layers = zip(*(t.unbind(-3) for t in (params["U"], params["W"], frozen["A"])))  # (U_ν, W_ν, A_ν), ν = 1 … N
+    for U, W, A in layers:
+        states.append(block_mlp(states[-1], U, W, A, shape) + states[-1])
     return states
 
 
