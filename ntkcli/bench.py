@@ -291,7 +291,8 @@ def finetune_step(device: str = "cpu", batch: int = 32, length: int = 128, repea
 def scaling_law_points(sizes: tuple[int, ...] = (18, 48)) -> pd.DataFrame:
     """Sweep points per minute for a group of students of one (m, depth), at the CPU recipe's steps and
     checkpoints (18: its group, 6 data sizes × 3 seeds; 48: 6 × 8), trained together (packed batches, one
-    backward) against one at a time (the same code, groups of one)."""
+    backward) against one at a time (the same code, groups of one). Timed together, apart, apart, together, so
+    that a drift of the machine's speed hits both alike; speedup_low is the lower of the two paired ratios."""
     from .experiments import scaling_law as sl
 
     rows = []
@@ -300,16 +301,20 @@ def scaling_law_points(sizes: tuple[int, ...] = (18, 48)) -> pd.DataFrame:
         teacher = sl.Teacher(cfg, torch.float32)
         pools, test = sl.data_pools(cfg, teacher, list(range(cfg.seeds)), torch.float32)
         group = [(n, s) for s in range(cfg.seeds) for n in cfg.n_values][:size]
-        t0 = time.perf_counter()
-        sl.train_group(cfg, cfg.base_width, cfg.base_depth, group, teacher, pools, test)
-        t_vec = time.perf_counter() - t0
-        t0 = time.perf_counter()
-        for student in group:
-            sl.train_group(cfg, cfg.base_width, cfg.base_depth, [student], teacher, pools, test)
-        t_loop = time.perf_counter() - t0
+
+        def seconds(groups) -> float:
+            t0 = time.perf_counter()
+            for students in groups:
+                sl.train_group(cfg, cfg.base_width, cfg.base_depth, students, teacher, pools, test)
+            return time.perf_counter() - t0
+
+        together, apart = [group], [[student] for student in group]
+        vec1, loop1, loop2, vec2 = (seconds(g) for g in (together, apart, apart, together))
+        t_vec, t_loop = (vec1 + vec2) / 2, (loop1 + loop2) / 2
         rows.append({"students": len(group), "steps": cfg.steps, "checkpoints": cfg.checkpoints, "width": cfg.base_width,
                      "vectorised_points_per_min": 60 * len(group) / t_vec,
-                     "one_at_a_time_points_per_min": 60 * len(group) / t_loop, "speedup": t_loop / t_vec})
+                     "one_at_a_time_points_per_min": 60 * len(group) / t_loop, "speedup": t_loop / t_vec,
+                     "speedup_low": min(loop1 / vec1, loop2 / vec2)})
     return pd.DataFrame(rows)
 
 

@@ -3,8 +3,9 @@
 Every student is paper 2's transformer (`theory/transformer.py`), trained by SGD (batch |B| = α·N)
 on N noisy teacher examples; its excess risk E‖F(X) − F*(X)‖²_F is measured on fresh noiseless test
 sequences at log-spaced steps, with compute C = M·t·|B| counted exactly. All sweeps are views of
-one grid of (N, m, depth) points: students of one (m, depth) train together, vectorised over data
-sizes and seeds with torch.func.vmap (forward) and one autograd backward.
+one grid of (N, m, depth) points: students of one (m, depth) train together, their mini-batches packed
+into one batch (each row through its own student's parameters) with one autograd backward; the test
+risk is a torch.func.vmap over the students.
 
 time     risk vs T at (base_n, base_width): exponential decay to a floor (Thm 7.2 time law)
 data     final risk vs N at base_width: power law, exponent vs the bound's 1 (data law)
@@ -100,7 +101,7 @@ class ScalingLawRecipe(Recipe):
 
 
 RECIPE = ScalingLawRecipe
-TRAINED_AXES = {"U": 0, "W": 0}  # vmap axes: every student has its own U and W …
+TRAINED_AXES = {"U": 0, "W": 0}  # vmap axes of the test risk: every student has its own U and W …
 FROZEN_AXES = {"A": 0, "E": None}  # … and its own A; the positional embedding E is the teacher's, shared
 
 
@@ -170,7 +171,7 @@ def train_group(cfg: ScalingLawRecipe, width: int, depth: int, students: list[tu
     """SGD for every (N, seed) student of one (m, depth) at once; risk and training loss at checkpoints.
 
     The students' mini-batches are packed, not padded: row r of a step is one sequence of student who[r], run
-    through that student's own parameters (gathered per row), so a step costs Σ_i b_i sequences, not
+    through that student's own parameters (gathered per row and layer), so a step costs Σ_i b_i sequences, not
     (students)·max_i b_i; the gradient of the rows' summed loss is each student's own gradient."""
     shape, dtype = cfg.transformer.shape(width, depth), getattr(torch, cfg.dtype)
     inits = [transformer.init(shape, seed_for(cfg.seed, seed, width, depth), dtype=dtype) for _, seed in students]
@@ -220,10 +221,10 @@ class Packing:
 
     def losses(self, params, X, Y, examples, shape) -> torch.Tensor:
         """Each student's ½·mean over its rows of ‖F(x) − y‖²_F, x = X[who, examples], through its own parameters."""
-        mine = {k: v.index_select(0, self.who) for k, v in params.items()}
         flat = self.who * X.shape[1] + examples  # row r is X[who[r], examples[r]]
         x, y = X.flatten(0, 1).index_select(0, flat), Y.flatten(0, 1).index_select(0, flat)
-        per_row = 0.5 * self.weight * (transformer.forward(mine, self.frozen, x, shape) - y).pow(2).sum((-1, -2))
+        out = transformer.forward(params, self.frozen, x, shape, rows=self.who)
+        per_row = 0.5 * self.weight * (out - y).pow(2).sum((-1, -2))
         return per_row.new_zeros(self.students).index_add_(0, self.who, per_row)
 
 

@@ -68,19 +68,24 @@ def block_mlp(X: Tensor, U: Tensor, W: Tensor, A: Tensor, shape: Shape) -> Tenso
     return (torch.relu(attention_weights(X, U, shape) @ X @ W) @ A) * (shape.omega / math.sqrt(shape.m))
 
 
-def hidden_states(params: dict[str, Tensor], frozen: dict[str, Tensor], X: Tensor, shape: Shape) -> list[Tensor]:
+def hidden_states(params: dict[str, Tensor], frozen: dict[str, Tensor], X: Tensor, shape: Shape,
+                  rows: Tensor | None = None) -> list[Tensor]:
     """Λ_0 = X + E, Λ_ν = μ_ν + Λ_{ν−1}, for ν = 1 … N. Parameters may carry leading dims that match X's
-    (U [..., N, d, d] with X [..., L, d]): one set per sequence, as when students' batches are packed."""
+    (U [..., N, d, d] with X [..., L, d]): one set per sequence. With `rows` (packed students), X is [R, L, d],
+    U and W are [S, N, ...] for S students, and row r uses student rows[r]'s U and W (A is given per row)."""
     states = [X + frozen["E"]]
     layers = zip(*(t.unbind(-3) for t in (params["U"], params["W"], frozen["A"])))  # (U_ν, W_ν, A_ν), ν = 1 … N
     for U, W, A in layers:
+        if rows is not None:
+            U, W = U.index_select(0, rows), W.index_select(0, rows)
         states.append(block_mlp(states[-1], U, W, A, shape) + states[-1])
     return states
 
 
-def forward(params: dict[str, Tensor], frozen: dict[str, Tensor], X: Tensor, shape: Shape) -> Tensor:
+def forward(params: dict[str, Tensor], frozen: dict[str, Tensor], X: Tensor, shape: Shape,
+            rows: Tensor | None = None) -> Tensor:
     """Eq. (1): F(X) = ε·Λ_N."""
-    return shape.epsilon * hidden_states(params, frozen, X, shape)[-1]
+    return shape.epsilon * hidden_states(params, frozen, X, shape, rows)[-1]
 
 
 def _layer_parts(params, frozen, X, shape, nu):

@@ -1,0 +1,43 @@
+"""Where a packed group of scaling-law students spends its time: torch.profiler over one group of the CPU
+recipe (6 data sizes × 3 seeds at m = 64), the operators with the most self CPU time, and the share of
+the checkpoint evaluations. Run: .venv/bin/python scripts/profile_scaling_law.py [steps]"""
+
+import sys
+import time
+
+import torch
+from torch.profiler import ProfilerActivity, profile
+
+from ntkcli.experiments import scaling_law as sl
+from ntkcli.runs import keep_freed_memory
+
+
+def group_seconds(cfg, group, teacher, pools, test) -> float:
+    t0 = time.perf_counter()
+    sl.train_group(cfg, cfg.base_width, cfg.base_depth, group, teacher, pools, test)
+    return time.perf_counter() - t0
+
+
+def main(steps: int) -> None:
+    keep_freed_memory()  # as the ntk command does
+    cfg = sl.RECIPE(steps=steps)
+    teacher = sl.Teacher(cfg, torch.float32)
+    pools, test = sl.data_pools(cfg, teacher, list(range(cfg.seeds)), torch.float32)
+    group = [(n, s) for s in range(cfg.seeds) for n in cfg.n_values]
+    few = cfg.model_copy(update={"checkpoints": 3})  # 4 evaluations instead of the recipe's
+    group_seconds(few, group, teacher, pools, test)  # warm-up
+    full, bare = group_seconds(cfg, group, teacher, pools, test), group_seconds(few, group, teacher, pools, test)
+    marks = len(sl.checkpoint_steps(cfg.steps, cfg.checkpoints))
+    print(f"{len(group)} students, {cfg.steps} steps: {full:.2f} s with {marks} checkpoint evaluations, "
+          f"{bare:.2f} s with 4 (evaluations ≈ {(full - bare) / max(full, 1e-9):.0%} of the run)")
+    with profile(activities=[ProfilerActivity.CPU], record_shapes=True) as prof:
+        sl.train_group(few, few.base_width, few.base_depth, group, teacher, pools, test)
+    events = sorted(prof.key_averages(group_by_input_shape=True), key=lambda e: -e.self_cpu_time_total)
+    total = sum(e.self_cpu_time_total for e in events)
+    print(f"top operators of the run with 4 evaluations (self CPU, {total / 1e3:.0f} ms in all):")
+    for e in events[:12]:
+        print(f"  {e.self_cpu_time_total / total:6.1%}  {e.count:6d}×  {e.key:28s} {str(e.input_shapes)[:70]}")
+
+
+if __name__ == "__main__":
+    main(int(sys.argv[1]) if len(sys.argv) > 1 else 2000)
