@@ -23,6 +23,7 @@ import torch
 import torch.nn.functional as F
 
 from .attention import ntk_attention
+from .runs import tune_malloc
 
 
 @dataclass(frozen=True)
@@ -131,11 +132,18 @@ def _in_fresh_process(target: Callable, *args):
     Linux keeps the max RSS across exec, so a child of a large parent would read no rise."""
     ctx = mp.get_context("spawn")
     queue = ctx.Queue()
-    proc = ctx.Process(target=target, args=(*args, queue))
+    proc = ctx.Process(target=_measured, args=(target, args, queue))
     proc.start()
     result = queue.get()
     proc.join()
     return result
+
+
+def _measured(target: Callable, args: tuple, queue) -> None:
+    """The child's side: every block over 128 KiB gets its own mapping, given back when freed, so that the max
+    RSS follows the live tensors rather than what the allocator kept."""
+    tune_malloc(128 << 10, 128 << 10)
+    target(*args, queue)
 
 
 def _prefix(m: int, B: int, H: int, d: int, device: str) -> tuple[torch.Tensor, torch.Tensor]:

@@ -25,7 +25,7 @@ from rich.table import Table
 from .errors import UserError
 from .experiments import Experiment, registry
 from .recipes import Recipe, load_recipe, parse_overrides
-from .runs import Run, is_main_process, keep_freed_memory, resolve_device
+from .runs import Run, is_main_process, resolve_device, tune_malloc
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, rich_markup_mode="rich",
                   help="NTK-Attention and the NTK theory of prefix learning and transformer scaling laws.")
@@ -57,7 +57,7 @@ def _main() -> None:
     Each command runs one experiment from a YAML recipe and writes CSVs, figures and run.json to
     outputs/<command>/<recipe>/.
     """
-    keep_freed_memory()
+    tune_malloc()
 
 
 @contextlib.contextmanager

@@ -47,15 +47,16 @@ os.umask(_UMASK)
 M_TRIM_THRESHOLD, M_MMAP_THRESHOLD = -1, -3  # glibc's mallopt parameters
 
 
-def keep_freed_memory() -> bool:
-    """Ask glibc's malloc to keep freed memory for reuse: no fresh mmap for tensors under 32 MiB and no trimming
-    below 1 GiB. A tensor allocated anew every step then reuses warm pages instead of faulting new ones in
-    (a training step of the scaling-law students ran 1.8× faster; PyTorch's CPU tuning guide suggests jemalloc
-    or tcmalloc for the same reason). The `ntk` command calls it once; where libc has no mallopt it does
-    nothing and says so (False)."""
+def tune_malloc(mmap_from: int = 32 << 20, trim_from: int = 1 << 30) -> bool:
+    """Fix glibc malloc's thresholds: blocks of mmap_from bytes or more get their own mapping (returned to the
+    system when freed), and free heap beyond trim_from is given back. The defaults, which the `ntk` command
+    sets, keep freed memory for reuse, so that a tensor allocated anew every step reuses warm pages instead of
+    faulting new ones in (PyTorch's CPU tuning guide suggests jemalloc or tcmalloc for the same reason); small
+    thresholds make the max RSS follow the live tensors, for memory measurements. Where libc has no mallopt
+    it does nothing and returns False."""
     try:
         libc = ctypes.CDLL("libc.so.6")
-        return bool(libc.mallopt(M_MMAP_THRESHOLD, 32 << 20)) and bool(libc.mallopt(M_TRIM_THRESHOLD, 1 << 30))
+        return bool(libc.mallopt(M_MMAP_THRESHOLD, mmap_from)) and bool(libc.mallopt(M_TRIM_THRESHOLD, trim_from))
     except (OSError, AttributeError):
         return False
 

@@ -9,7 +9,7 @@ import torch
 from torch.profiler import ProfilerActivity, profile
 
 from ntkcli.experiments import scaling_law as sl
-from ntkcli.runs import keep_freed_memory
+from ntkcli.runs import tune_malloc
 
 
 def group_seconds(cfg, group, teacher, pools, test) -> float:
@@ -19,7 +19,7 @@ def group_seconds(cfg, group, teacher, pools, test) -> float:
 
 
 def main(steps: int) -> None:
-    keep_freed_memory()  # as the ntk command does
+    tune_malloc()  # as the ntk command does
     cfg = sl.RECIPE(steps=steps)
     teacher = sl.Teacher(cfg, torch.float32)
     pools, test = sl.data_pools(cfg, teacher, list(range(cfg.seeds)), torch.float32)
