@@ -81,14 +81,16 @@ class ScalingLawRecipe(Recipe):
     dtype: Literal["float32", "float64"] = "float32"
 
     def peak_bytes(self) -> int:
-        """The largest group of students trained at once (every N of a width, or every depth at base_n): their
-        parameters and gradients, and the MLP activations of their whole training set and of the test set."""
-        width, w, d = (8 if self.dtype == "float64" else 4), max(self.widths), self.transformer.d
-        groups = [(self.seeds * len(self.n_values), max(self.n_values), self.base_depth),
-                  (self.seeds, self.base_n, max(self.depths))]
-        return width * max(students * (4 * depth * (w * d + d ** 2)
-                                       + 3 * (n + self.n_test) * self.transformer.seq_len * w * depth)
-                           for students, n, depth in groups)
+        """The largest group of students trained at once (every N of the widest m, or every depth at base_n): per
+        packed row of its whole training set (the checkpoint's loss) its own U, W and A (W and A twice: gathered,
+        and cached for the batches) and its MLP activations; per student the test set's activations, its
+        parameters and their gradients."""
+        size, w, d, L = (8 if self.dtype == "float64" else 4), max(self.widths), self.transformer.d, self.transformer.seq_len
+        groups = [(self.seeds * len(self.n_values), self.seeds * sum(self.n_values), self.base_depth),
+                  (self.seeds, self.seeds * self.base_n, max(self.depths))]
+        return size * max(depth * (students * (4 * (w * d + d * d) + 3 * self.n_test * L * w)
+                                   + rows * (d * d + 4 * d * w + 3 * L * w))
+                          for students, rows, depth in groups)
 
     @model_validator(mode="after")
     def _base_in_grid(self) -> "ScalingLawRecipe":
