@@ -153,14 +153,18 @@ def _prefix(m: int, B: int, H: int, d: int, device: str) -> tuple[torch.Tensor, 
     return pk, pv
 
 
+def _exact_with_prefix(q, k, v, pk, pv):
+    """Exact attention over [prefix; input]: SDPA on the concatenation, what a real m-long prefix costs."""
+    return F.scaled_dot_product_attention(q, torch.cat([pk, k], 2), torch.cat([pv, v], 2))
+
+
 def _prefix_peak(kind: str, m: int, B: int, H: int, L: int, d: int, device: str, out: mp.Queue) -> None:
     """Peak memory rise of one call (exact SDPA over [prefix; input], or ntk_attention) in this fresh process."""
     with torch.inference_mode():
         q, k, v, Z, kvec = _inputs(B, H, L, d, device)
 
         def exact():  # the prefix is part of what exact attention holds
-            pk, pv = _prefix(m, B, H, d, device)
-            return F.scaled_dot_product_attention(q, torch.cat([pk, k], 2), torch.cat([pv, v], 2))
+            return _exact_with_prefix(q, k, v, *_prefix(m, B, H, d, device))
 
         out.put(_measure(exact if kind == "exact-sdpa" else lambda: ntk_attention(q, k, v, Z, kvec), device)[1])
 
@@ -180,7 +184,7 @@ def prefix_scaling(log2ms: list[int], B: int = 1, H: int = 12, L: int = 128, d: 
         pk, pv = _prefix(m, B, H, d, device)
         with torch.inference_mode():
             t_exact, t_ntk = timings(
-                lambda: (F.scaled_dot_product_attention(q, torch.cat([pk, k], 2), torch.cat([pv, v], 2)), sync()),
+                lambda: (_exact_with_prefix(q, k, v, pk, pv), sync()),
                 lambda: (ntk_attention(q, k, v, Z, kvec), sync()), repeats=9, warmup=1, min_sample=0.05)
         rows.append({"m": m, "log2m": j, **_columns("exact", t_exact), **_columns("ntk", t_ntk),
                      "speedup": t_exact.median / t_ntk.median,
@@ -296,6 +300,16 @@ def finetune_step(device: str = "cpu", batch: int = 32, length: int = 128, repea
                          "batch": batch, "length": length})
 
 
+def group_seconds(cfg, groups: list[list[tuple[int, int]]], teacher, pools, test) -> float:
+    """Wall seconds to train these groups of scaling-law students, one group after another."""
+    from .experiments import scaling_law as sl
+
+    t0 = time.perf_counter()
+    for students in groups:
+        sl.train_group(cfg, cfg.base_width, cfg.base_depth, students, teacher, pools, test)
+    return time.perf_counter() - t0
+
+
 def scaling_law_points(sizes: tuple[int, ...] = (18, 48)) -> pd.DataFrame:
     """Sweep points per minute for a group of students of one (m, depth), at the CPU recipe's steps and
     checkpoints (18: its group, 6 data sizes × 3 seeds; 48: 6 × 8), trained together (packed batches, one
@@ -309,15 +323,8 @@ def scaling_law_points(sizes: tuple[int, ...] = (18, 48)) -> pd.DataFrame:
         teacher = sl.Teacher(cfg, torch.float32)
         pools, test = sl.data_pools(cfg, teacher, list(range(cfg.seeds)), torch.float32)
         group = [(n, s) for s in range(cfg.seeds) for n in cfg.n_values][:size]
-
-        def seconds(groups) -> float:
-            t0 = time.perf_counter()
-            for students in groups:
-                sl.train_group(cfg, cfg.base_width, cfg.base_depth, students, teacher, pools, test)
-            return time.perf_counter() - t0
-
         together, apart = [group], [[student] for student in group]
-        vec1, loop1, loop2, vec2 = (seconds(g) for g in (together, apart, apart, together))
+        vec1, loop1, loop2, vec2 = (group_seconds(cfg, g, teacher, pools, test) for g in (together, apart, apart, together))
         t_vec, t_loop = (vec1 + vec2) / 2, (loop1 + loop2) / 2
         rows.append({"students": len(group), "steps": cfg.steps, "checkpoints": cfg.checkpoints, "width": cfg.base_width,
                      "vectorised_points_per_min": 60 * len(group) / t_vec,

@@ -3,19 +3,13 @@ recipe (6 data sizes × 3 seeds at m = 64), the operators with the most self CPU
 the checkpoint evaluations. Run: .venv/bin/python scripts/profile_scaling_law.py [steps]"""
 
 import sys
-import time
 
 import torch
 from torch.profiler import ProfilerActivity, profile
 
+from ntkcli.bench import group_seconds
 from ntkcli.experiments import scaling_law as sl
 from ntkcli.runs import tune_malloc
-
-
-def group_seconds(cfg, group, teacher, pools, test) -> float:
-    t0 = time.perf_counter()
-    sl.train_group(cfg, cfg.base_width, cfg.base_depth, group, teacher, pools, test)
-    return time.perf_counter() - t0
 
 
 def main(steps: int) -> None:
@@ -25,8 +19,8 @@ def main(steps: int) -> None:
     pools, test = sl.data_pools(cfg, teacher, list(range(cfg.seeds)), torch.float32)
     group = [(n, s) for s in range(cfg.seeds) for n in cfg.n_values]
     few = cfg.model_copy(update={"checkpoints": 3})  # 4 evaluations instead of the recipe's
-    group_seconds(few, group, teacher, pools, test)  # warm-up
-    full, bare = group_seconds(cfg, group, teacher, pools, test), group_seconds(few, group, teacher, pools, test)
+    group_seconds(few, [group], teacher, pools, test)  # warm-up
+    full, bare = (group_seconds(c, [group], teacher, pools, test) for c in (cfg, few))
     marks = len(sl.checkpoint_steps(cfg.steps, cfg.checkpoints))
     print(f"{len(group)} students, {cfg.steps} steps: {full:.2f} s with {marks} checkpoint evaluations, "
           f"{bare:.2f} s with 4 (evaluations ≈ {(full - bare) / max(full, 1e-9):.0%} of the run)")

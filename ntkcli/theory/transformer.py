@@ -70,9 +70,8 @@ def block_mlp(X: Tensor, U: Tensor, W: Tensor, A: Tensor, shape: Shape) -> Tenso
 
 def hidden_states(params: dict[str, Tensor], frozen: dict[str, Tensor], X: Tensor, shape: Shape,
                   rows: Tensor | None = None) -> list[Tensor]:
-    """Λ_0 = X + E, Λ_ν = μ_ν + Λ_{ν−1}, for ν = 1 … N. Parameters may carry leading dims that match X's
-    (U [..., N, d, d] with X [..., L, d]): one set per sequence. With `rows` (packed students), X is [R, L, d],
-    U and W are [S, N, ...] for S students, and row r uses student rows[r]'s U and W (A is given per row)."""
+    """Λ_0 = X + E, Λ_ν = μ_ν + Λ_{ν−1}, for ν = 1 … N. With `rows` (packed students), X is [R, L, d], U and W
+    are [S, N, ...] for S students, and row r uses student rows[r]'s U and W (A is given per row, [R, N, m, d])."""
     states = [X + frozen["E"]]
     layers = zip(*(t.unbind(-3) for t in (params["U"], params["W"], frozen["A"])))  # (U_ν, W_ν, A_ν), ν = 1 … N
     for U, W, A in layers:
