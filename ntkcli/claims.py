@@ -17,7 +17,9 @@ from .errors import first_line
 REPRODUCED, NOT_REPRODUCED, NOT_RUN = "reproduced", "not reproduced", "not run at this scale"
 # a comparison with a confidence interval: above 0 is REPRODUCED, below 0 REFUTED, containing 0 INCONCLUSIVE
 REFUTED, INCONCLUSIVE = "refuted at this scale", "inconclusive at this scale"
-VERDICTS = (REPRODUCED, NOT_REPRODUCED, REFUTED, INCONCLUSIVE, NOT_RUN)
+# a comparison on tasks where not even full fine-tuning or LoRA beats the majority class: not measured
+NO_SIGNAL = "no signal at this scale"
+VERDICTS = (REPRODUCED, NOT_REPRODUCED, REFUTED, INCONCLUSIVE, NO_SIGNAL, NOT_RUN)
 
 
 def verdict(ok: bool) -> str:

@@ -291,7 +291,8 @@ class Results:
         df = pd.concat(frames, ignore_index=True) if frames else pd.DataFrame(columns=self.keys)
         if wanted is not None:
             wanted = set(wanted)
-            df = df[[k in wanted for k in df[self.keys].itertuples(index=False, name=None)]]
+            keep = [k in wanted for k in df[self.keys].itertuples(index=False, name=None)]
+            df = df[pd.Series(keep, index=df.index, dtype=bool)]  # a plain empty list would select no columns
         return df
 
 

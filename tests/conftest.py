@@ -47,3 +47,29 @@ def write_rte(folder: Path, kind: str) -> Path:
             lines = [json.dumps({"premise": a, "hypothesis": b, "label": y, "idx": i}) for i, (a, b, y) in enumerate(part)]
             (folder / f"{split}.jsonl").write_text("\n".join(lines) + "\n")
     return folder
+
+
+
+ANIMALS = "horse tiger rabbit parrot turtle dragon camel zebra eagle otter monkey donkey".split()
+THINGS = "hammer ladder kettle wallet candle bottle pencil helmet basket magnet mirror ribbon".split()
+FILLER = ("river stone cloud paper glass music table garden window bread forest silver island winter yellow "
+          "market ocean planet desert ginger jungle lemon orange pepper quartz violin anchor cactus").split()
+
+
+def write_category_pairs(folder: Path, train: int = 160, evaluation: int = 80, seed: int = 0) -> Path:
+    """A learnable text-pair task in RTE's SuperGLUE layout (train.jsonl, val.jsonl): text_a is 1 to 60 filler
+    words, text_b names an animal (entailment) or a thing (not_entailment). Rows differ widely in length, so a
+    length-grouping sampler reorders them, and the label has nothing to do with the length."""
+    import random
+
+    rng = random.Random(seed)
+    folder.mkdir(parents=True)
+    for split, n in (("train", train), ("val", evaluation)):
+        lines = []
+        for i in range(n):
+            filler = " ".join(rng.choice(FILLER) for _ in range(rng.choice([1, 2, 4, 8, 16, 30, 60])))
+            word, label = (rng.choice(ANIMALS), "entailment") if i % 2 == 0 else (rng.choice(THINGS), "not_entailment")
+            lines.append(json.dumps({"premise": filler, "hypothesis": f"It is about the {word}.", "label": label,
+                                     "idx": i}))
+        (folder / f"{split}.jsonl").write_text("\n".join(lines) + "\n")
+    return folder

@@ -1,7 +1,8 @@
 """Fine-tuning methods on Hugging Face models: `inject(model, method, **options)`.
 
 ntk and ptuning-v2 live on the attention modules and run through transformers' AttentionInterface
-(ChatGLM3 too, loaded as transformers' native GLM); lora comes from peft; fft trains all.
+(ChatGLM3 too, loaded as transformers' native GLM); lora and any other peft method come from peft; fft trains
+all; head trains the task head alone (a linear probe of the frozen backbone, the control every method must beat).
 Adapters save as safetensors + JSON and load back onto the base model.
 """
 
@@ -15,11 +16,13 @@ import torch
 from torch import nn
 
 from . import lora, ntk, peft_any, ptuning_v2
-from .common import Adapter, Options, attention_modules, count_parameters, freeze_backbone, head_shape, register
+from .common import (LR_OVERRIDE, Adapter, Options, attention_modules, count_parameters, freeze_backbone, head_shape,
+                     register)
 
 INTERFACE_METHODS: dict[str, Adapter] = {ntk.NAME: ntk, ptuning_v2.NAME: ptuning_v2}
 OPTIONS: dict[str, type[Options]] = {**{name: m.OPTIONS for name, m in INTERFACE_METHODS.items()},
-                                     lora.NAME: lora.LoraOptions, peft_any.NAME: peft_any.PeftOptions, "fft": Options}
+                                     lora.NAME: lora.LoraOptions, peft_any.NAME: peft_any.PeftOptions, "fft": Options,
+                                     "head": Options}
 METHODS = tuple(OPTIONS)
 
 
@@ -32,7 +35,7 @@ class Injected:
     total: int
 
 
-def _inject_attention(model: nn.Module, method: Adapter, opts: Options) -> None:
+def _inject_attention(model: nn.Module, method: Adapter, opts: Options, calibration: dict | None) -> None:
     shape = head_shape(model.config)
     gen = torch.Generator().manual_seed(opts.seed)
     modules = attention_modules(model)
@@ -42,22 +45,27 @@ def _inject_attention(model: nn.Module, method: Adapter, opts: Options) -> None:
         method.add_parameters(module, shape, opts, gen)
     register(method)
     model.set_attn_implementation(method.NAME)
+    method.calibrate(model, opts, calibration)
 
 
-def inject(model: nn.Module, method: str, **options) -> Injected:
-    """Freeze the backbone (the task head stays trainable) and add `method`'s trainable parameters."""
+def inject(model: nn.Module, method: str, calibration: dict | None = None, **options) -> Injected:
+    """Freeze the backbone (the task head stays trainable) and add `method`'s trainable parameters. `calibration`,
+    a batch of training inputs (the model's keyword arguments), is what options that read real inputs use
+    (ntk's init 'text' and scale 'calibrated')."""
     if method not in OPTIONS:
         raise ValueError(f"unknown method {method!r}; choose one of {', '.join(METHODS)}")
     opts = OPTIONS[method](**options)
     if method == "fft":
         model.requires_grad_(True)
+    elif method == "head":
+        freeze_backbone(model)
     elif method == lora.NAME:
         model = lora.inject(model, opts)
     elif method == peft_any.NAME:
         model = peft_any.inject(model, opts)
     else:
         freeze_backbone(model)
-        _inject_attention(model, INTERFACE_METHODS[method], opts)
+        _inject_attention(model, INTERFACE_METHODS[method], opts, calibration)
     return Injected(model, method, opts.model_dump(), *count_parameters(model))
 
 
@@ -86,7 +94,10 @@ def load_adapter(model: nn.Module, directory: str | Path) -> Injected:
 
     directory = Path(directory)
     config = json.loads((directory / "adapter_config.json").read_text())
-    injected = inject(model, config["method"], **config["options"])
+    options = config["options"]
+    if config["method"] == ntk.NAME:  # the saved tensors replace what the init and the calibration computed
+        options = {**options, "init": "zeros", "scale": "fixed"}
+    injected = inject(model, config["method"], **options)
     state = load_file(directory / "adapter.safetensors")
     missing = sorted(set(state) - set(injected.model.state_dict()))
     if missing:
@@ -95,4 +106,4 @@ def load_adapter(model: nn.Module, directory: str | Path) -> Injected:
     return injected
 
 
-__all__ = ["METHODS", "OPTIONS", "Injected", "inject", "save_adapter", "load_adapter", "adapter_state"]
+__all__ = ["LR_OVERRIDE", "METHODS", "OPTIONS", "Injected", "inject", "save_adapter", "load_adapter", "adapter_state"]

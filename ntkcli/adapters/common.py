@@ -15,6 +15,7 @@ KEY_PROJ = ("key", "k_proj")
 VALUE_PROJ = ("value", "v_proj")
 HEAD_MODULES = ("classifier", "score", "classifier_head")  # task heads' usual names, for models built from a config
 TASK_HEAD = "ntk_task_head"  # the attribute where the loader records the head's parameter names
+LR_OVERRIDE = "lr_override"  # a parameter carrying this attribute trains at that step, not the method's
 
 
 class Options(BaseModel):
@@ -128,6 +129,9 @@ class Adapter(Protocol):
 
     def add_parameters(self, module: nn.Module, shape: HeadShape, opts: Options, gen: torch.Generator) -> None:
         """Attach the method's tensors to one attention module."""
+
+    def calibrate(self, model: nn.Module, opts: Options, batch: dict | None) -> None:
+        """Whatever the options read from a batch of training inputs, once every module has its tensors."""
 
     def forward(self, module: nn.Module, q: Tensor, k: Tensor, v: Tensor, *, mask: Tensor | None, scale: float,
                 is_causal: bool) -> Tensor:

@@ -38,6 +38,10 @@ def add_parameters(module: nn.Module, shape: HeadShape, opts: PTuningOptions, ge
     module.prefix_value = nn.Parameter(values.float().to(device))
 
 
+def calibrate(model: nn.Module, opts: PTuningOptions, batch: dict | None) -> None:
+    """Nothing to calibrate: the prefix is drawn when it is added."""
+
+
 def _with_prefix(mask: Tensor | None, m: int, L: int, S: int, is_causal: bool, device) -> Tensor | None:
     """The input's mask widened by m always-visible prefix columns (built when only is_causal says it)."""
     if mask is None and is_causal:

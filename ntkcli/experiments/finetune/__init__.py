@@ -15,17 +15,18 @@ import warnings
 from dataclasses import dataclass
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 import torch
 
-from ...adapters import inject
+from ...adapters import inject, ntk
 from ...errors import UserError
 from ...models import load_model, load_tokenizer, model_config
 from ...runs import Results, Run, is_main_process, process_rank, resolve_device, seed_for
 from . import data
 from .claims import COMMAND, TITLE, report  # noqa: F401 — the experiment contract
 from .recipe import DataSpec, FinetuneRecipe, method_label, method_options
-from .train import TrainingFailed, train
+from .train import ROW, Trained, TrainingFailed, train
 
 HELP = ("Tables 1–2 (§5): NTK-Attention vs P-Tuning v2 vs LoRA vs full fine-tuning, several seeds.\n\n"
         "Loads the recipe's Hugging Face model and data (hub, local files, or the offline digits), injects each method, "
@@ -38,8 +39,9 @@ SCALE = ("seeds", "train")  # the fields that set a run's scale, shown beside it
 KEYS = ["method", "seed"]
 COLUMNS = ["method", "kind", "seed", "epoch", "accuracy", "eval_loss", "train_loss", "train_seconds", "peak_mem_mb",
            "lr", "trainable_params", "total_params"]
+SHARE_COLUMNS = ["method", "kind", "seed", "epoch", "layer", "head", "share", "z_norm", "k_norm", "log_scale"]
 RESUMABLE = ("methods", "seeds")
-FILES = ("results.csv", "summary.csv", "pretrain.csv", "pretrained", "claims.csv")
+FILES = ("results.csv", "summary.csv", "shares.csv", "shares.png", "pretrain.csv", "pretrained", "claims.csv")
 RECIPE = FinetuneRecipe
 
 
@@ -82,8 +84,8 @@ def pretrain(cfg: FinetuneRecipe, folder: Run, device: torch.device) -> tuple[Pa
     steps = optimizer_steps(len(train_ds), spec.batch_size, spec.epochs)
     with folder.task(f"pretrain on classes {spec.classes}", steps) as adv:
         try:
-            rows, _ = train(model, train_ds, eval_ds, collator, spec=tspec, lr=spec.lr, epochs=spec.epochs,
-                         seed=cfg.seed, device=device, advance=adv)
+            rows = train(model, train_ds, eval_ds, collator, spec=tspec, lr=spec.lr, epochs=spec.epochs,
+                         seed=cfg.seed, device=device, advance=adv).rows
         except TrainingFailed as err:
             raise UserError(f"pretraining: {err}") from None
     table = pd.DataFrame(rows).assign(classes=" ".join(map(str, spec.classes)))
@@ -157,48 +159,70 @@ def points(cfg: FinetuneRecipe) -> list[tuple[str, int]]:
     return [(method_label(spec), seed) for spec in cfg.methods for seed in cfg.seeds]
 
 
+CALIBRATION_ROWS = 32  # training rows that ntk's options which read real inputs see, and its share probe
+
+
+def calibration_batch(train_ds, collator, seed: int, device: torch.device) -> dict:
+    """A seeded batch of CALIBRATION_ROWS training rows as the model's keyword arguments (no labels)."""
+    picked = np.random.default_rng(seed).permutation(len(train_ds))[:CALIBRATION_ROWS]
+    batch = collator([{k: v for k, v in train_ds[int(i)].items() if k not in ("label", ROW)} for i in picked])
+    return {k: v.to(device) for k, v in batch.items() if k not in ("labels", "label")}
+
+
 def train_method(cfg, spec, seed: int, lr: float, inputs: Inputs, advance, *, num_labels: int, image: bool = False,
-                 source: str | None = None, per_epoch: bool = True) -> tuple[pd.DataFrame, object]:
+                 source: str | None = None, per_epoch: bool = True, epochs: int | None = None) -> Trained:
     """One method (`spec`) with one seed at step `lr` on a recipe's model and train settings (`cfg.model`,
-    `cfg.train`): its rows per evaluation and the last evaluation's logits. A non-finite loss is an error."""
+    `cfg.train`): its rows per evaluation (a DataFrame), the last evaluation (logits and labels in the evaluation
+    set's order) and, for ntk, the prefix's share of attention before training and after every epoch. A
+    non-finite loss, or predictions that do not line up with their rows, is an error."""
     from transformers import set_seed
 
     set_seed(seed)
     options = method_options(spec)
     if "seed" in options:  # the method's own seed, varied with the run's
         options["seed"] = seed_for(options["seed"], seed) % 2**31
+    batch = calibration_batch(inputs.train, inputs.collator, seed, inputs.device) if spec.method == ntk.NAME else None
     try:
-        injected = inject(load_model(cfg.model, image, num_labels, source).to(inputs.device), spec.method, **options)
+        injected = inject(load_model(cfg.model, image, num_labels, source).to(inputs.device), spec.method,
+                          calibration=batch, **options)
     except ValueError as err:
         raise UserError(f"method {method_label(spec)}: {err}") from None
+    probe = None if batch is None else lambda model: ntk.statistics(model, batch)
     try:
-        rows, logits = train(injected.model, inputs.train, inputs.eval, inputs.collator, spec=cfg.train, lr=lr,
-                             epochs=cfg.train.epochs, seed=seed, device=inputs.device, advance=advance,
-                             per_epoch=per_epoch)
+        trained = train(injected.model, inputs.train, inputs.eval, inputs.collator, spec=cfg.train, lr=lr,
+                        epochs=epochs or cfg.train.epochs, seed=seed, device=inputs.device, advance=advance,
+                        per_epoch=per_epoch, probe=probe)
     except TrainingFailed as err:
         raise UserError(f"method {method_label(spec)}, seed {seed}: {err}; nothing recorded for this run") from None
-    return pd.DataFrame(rows).assign(method=method_label(spec), kind=spec.method, seed=seed, lr=lr,
-                                     trainable_params=injected.trainable, total_params=injected.total), logits
+    label = dict(method=method_label(spec), kind=spec.method, seed=seed)
+    trained.rows = pd.DataFrame(trained.rows).assign(**label, lr=lr, trainable_params=injected.trainable,
+                                                      total_params=injected.total)
+    trained.probes = pd.DataFrame(trained.probes, columns=SHARE_COLUMNS[3:]).assign(**label)[SHARE_COLUMNS]
+    return trained
 
 
-def _train_one(cfg: FinetuneRecipe, spec, seed: int, inputs: Inputs, source: str | None, advance) -> pd.DataFrame:
-    """One method with one seed: its rows per epoch."""
+def _train_one(cfg: FinetuneRecipe, spec, seed: int, inputs: Inputs, source: str | None, advance) -> Trained:
+    """One method with one seed: its rows per epoch and, for ntk, its shares of attention per epoch."""
     lr = spec.lr or (cfg.train.fft_lr if spec.method == "fft" else cfg.train.lr)
-    rows, _ = train_method(cfg, spec, seed, lr, inputs, advance, num_labels=cfg.data.num_labels,
+    trained = train_method(cfg, spec, seed, lr, inputs, advance, num_labels=cfg.data.num_labels,
                            image=cfg.data.image_field is not None, source=source)
-    return rows[COLUMNS]
+    trained.rows = trained.rows[COLUMNS]
+    return trained
 
 
 def run(cfg: FinetuneRecipe, folder: Run, inputs: Inputs) -> dict[str, pd.DataFrame]:
     """Train every (method, seed) pair not yet in results.csv; write results, summary and run.json."""
     source, pre = pretrain(cfg, folder, inputs.device) if cfg.pretrain is not None else (None, None)
     results = Results(folder, KEYS, write=is_main_process())
+    shares = Results(folder, KEYS, name="shares.csv", write=is_main_process(), done=results.done)
     todo = set(results.todo(points(cfg)))
     pairs = [(spec, seed) for spec in cfg.methods for seed in cfg.seeds if (method_label(spec), seed) in todo]
     total = len(pairs) * optimizer_steps(len(inputs.train), cfg.train.batch_size, cfg.train.epochs)
     with folder.task(f"fine-tune {len(pairs)} runs", total) as advance:
         for spec, seed in pairs:
-            results.add(_train_one(cfg, spec, seed, inputs, None if source is None else str(source), advance))
+            trained = _train_one(cfg, spec, seed, inputs, None if source is None else str(source), advance)
+            shares.add(trained.probes)  # before its results: a run is done once results.csv has it
+            results.add(trained.rows)
     order = [method_label(s) for s in cfg.methods]
     table = results.table()
     table = table[table.method.isin(order)]

@@ -158,7 +158,9 @@ def pixels(image, size: int, channels: int) -> torch.Tensor:
 
 
 def with_pixels(ds, size: int, channels: int):
-    """The dataset with `image` turned into `pixel_values` on access."""
+    """The dataset with `image` turned into `pixel_values` on access (its other columns, the row ids of an
+    evaluation among them, pass through)."""
     def transform(batch):
-        return {"pixel_values": [pixels(img, size, channels) for img in batch["image"]], "label": batch["label"]}
+        rest = {k: v for k, v in batch.items() if k != "image"}
+        return {"pixel_values": [pixels(img, size, channels) for img in batch["image"]], **rest}
     return ds.with_transform(transform)

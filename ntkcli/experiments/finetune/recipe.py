@@ -10,6 +10,7 @@ from ...adapters import lora, ntk, peft_any, ptuning_v2
 from ...adapters.common import Options
 from ...recipes import Recipe, Section, Seed
 
+
 class ModelSpec(Section):
     name_or_path: str | None = Field(None, description="hub id, local folder, or pkg:<package>/<folder> for a "
                                      "model shipped inside an installed package")
@@ -105,7 +106,14 @@ class FFTMethod(Options, _MethodCommon):
     method: Literal["fft"]
 
 
-MethodSpec = Annotated[NTKMethod | PTuningMethod | LoraMethod | PeftMethod | FFTMethod, Field(discriminator="method")]
+class HeadMethod(Options, _MethodCommon):
+    """The task head alone on the frozen backbone (a linear probe): what any method adds is measured against it."""
+
+    method: Literal["head"]
+
+
+MethodSpec = Annotated[NTKMethod | PTuningMethod | LoraMethod | PeftMethod | FFTMethod | HeadMethod,
+                       Field(discriminator="method")]
 
 
 def method_label(spec) -> str:

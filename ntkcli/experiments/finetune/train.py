@@ -1,4 +1,5 @@
-"""One fine-tuning run with the Hugging Face Trainer: accuracy per epoch, training time, peak memory."""
+"""One fine-tuning run with the Hugging Face Trainer: accuracy per epoch, training time, peak memory, and the
+last evaluation's logits in the evaluation set's order (carried there by row ids, never by position)."""
 
 from __future__ import annotations
 
@@ -6,13 +7,15 @@ import contextlib
 import os
 import tempfile
 import threading
-import time
+from dataclasses import dataclass
 from typing import Callable, Iterator
 
 import numpy as np
 import torch
 
 from .recipe import TrainSpec
+
+ROW = "row"  # the column whose ids travel with each evaluation row through the batches
 
 
 def _rss_bytes() -> int:
@@ -51,7 +54,8 @@ def peak_memory(device: torch.device) -> Iterator[list[float]]:
         result.append(max(peak[0] - start, 0) / 2**20)
 
 
-def _precision(spec: TrainSpec, device: torch.device) -> dict:
+def precision(spec: TrainSpec, device: torch.device) -> dict:
+    """The Trainer's bf16/fp16 flags: auto is bf16 on a GPU that has it, else fp32."""
     mode = spec.precision
     if mode == "auto":
         mode = "bf16" if device.type == "cuda" and torch.cuda.is_bf16_supported() else "fp32"
@@ -59,68 +63,74 @@ def _precision(spec: TrainSpec, device: torch.device) -> dict:
 
 
 class TrainingFailed(Exception):
-    """Training produced nothing worth recording (a non-finite loss, or no optimizer step taken)."""
+    """Training produced nothing worth recording (a non-finite loss, no optimizer step taken, or an evaluation
+    whose predictions do not line up with its rows)."""
+
+
+@dataclass
+class Evaluation:
+    """The last evaluation in the evaluation set's order: logits [rows, classes] and the labels they were scored
+    against (those that came back with them, checked equal to the set's own)."""
+
+    logits: np.ndarray
+    labels: np.ndarray
+
+
+@dataclass
+class Trained:
+    """One run: a row per evaluation (accuracy, losses, seconds, memory), the last evaluation, and what a probe
+    recorded before training and after every epoch (each record with its `epoch`)."""
+
+    rows: list[dict]
+    evaluation: Evaluation
+    probes: list[dict]
+
+
+def labels_of(ds) -> np.ndarray:
+    """A dataset's `label` column as stored (a transform that builds pixels on access is skipped)."""
+    return np.asarray(ds.with_format(None)["label"])
+
+
+def with_rows(ds):
+    """The dataset with a `row` column 0 … n−1 (its order), unless it has one."""
+    return ds if ROW in ds.column_names else ds.add_column(ROW, np.arange(len(ds)))
+
+
+def aligned(scorer, eval_ds, accuracy: float) -> Evaluation:
+    """The last evaluation, its alignment checked twice: the labels that came back with the predictions are the
+    evaluation set's own, row for row, and the accuracy recomputed in the set's order is the Trainer's."""
+    labels = labels_of(eval_ds)
+    mine = float((np.argmax(scorer.logits, axis=-1) == labels).mean())
+    if not np.array_equal(scorer.labels, labels) or abs(mine - accuracy) > 1e-9:
+        raise TrainingFailed(f"the evaluation's predictions do not line up with its rows (accuracy {mine:.4f} in the "
+                             f"set's order, {accuracy:.4f} by the Trainer's pairing)")
+    return Evaluation(scorer.logits, labels)
 
 
 def train(model, train_ds, eval_ds, collator, *, spec: TrainSpec, lr: float, epochs: int, seed: int,
-          device: torch.device, advance: Callable[[float], None], per_epoch: bool = True) -> tuple[list[dict], np.ndarray]:
-    """Train with AdamW and evaluate after every epoch (or, per_epoch=False, once at the end): one dict per
-    evaluation (accuracy, losses, seconds, memory), and the last evaluation's logits in eval_ds's order.
-    Text batches are grouped by length (less padding)."""
-    from transformers import PrinterCallback, Trainer, TrainerCallback, TrainingArguments
+          device: torch.device, advance: Callable[[float], None], per_epoch: bool = True,
+          probe: Callable | None = None) -> Trained:
+    """Train with AdamW and evaluate after every epoch (or, per_epoch=False, once at the end); `probe(model)`, a list
+    of records, runs before training and after every epoch (in eval mode, no gradient)."""
+    from .trainer import Clock, Scorer, make_trainer
 
-    seconds: list[float] = []
-    skipped: list[int] = []
-    logits: list[np.ndarray] = []
-
-    def accuracy(prediction) -> dict:
-        out = prediction.predictions
-        logits[:] = [out[0] if isinstance(out, tuple) else out]
-        return {"accuracy": float((np.argmax(logits[0], axis=-1) == prediction.label_ids).mean())}
-
-    class CheckedTrainer(Trainer):
-        def training_step(self, model, inputs, num_items_in_batch=None):
-            loss = super().training_step(model, inputs, num_items_in_batch)
-            if not torch.isfinite(loss):
-                raise TrainingFailed(f"the training loss is {loss.item()} at step {self.state.global_step + 1}")
-            return loss
-
-    class Clock(TrainerCallback):
-        """Training time per epoch (evaluation excluded), steps the fp16 grad scaler skipped, the progress bar."""
-
-        def on_epoch_begin(self, args, state, control, **kw):
-            self.t0 = time.perf_counter()
-
-        def on_epoch_end(self, args, state, control, **kw):
-            seconds.append(time.perf_counter() - self.t0)
-
-        def on_step_end(self, args, state, control, **kw):
-            skipped.extend([state.global_step] if trainer.accelerator.optimizer_step_was_skipped else [])
-            advance(1)
-
-    text = "input_ids" in train_ds.column_names
+    eval_ds = with_rows(eval_ds)
+    clock, scorer = Clock(advance, probe), Scorer(len(eval_ds))
     with tempfile.TemporaryDirectory(prefix="ntk-trainer-") as scratch:
-        args = TrainingArguments(
-            output_dir=scratch, num_train_epochs=epochs, learning_rate=lr, weight_decay=spec.weight_decay,
-            warmup_steps=spec.warmup_ratio, per_device_train_batch_size=spec.batch_size,
-            per_device_eval_batch_size=spec.eval_batch_size, eval_strategy="epoch" if per_epoch else "no",
-            logging_strategy="epoch", train_sampling_strategy="group_by_length" if text else "random",
-            save_strategy="no", report_to=[], seed=seed, data_seed=seed, use_cpu=device.type == "cpu",
-            disable_tqdm=True, remove_unused_columns=False, dataloader_num_workers=0, **_precision(spec, device))
-        trainer = CheckedTrainer(model=model, args=args, train_dataset=train_ds, eval_dataset=eval_ds,
-                          data_collator=collator, compute_metrics=accuracy, callbacks=[Clock()])
-        trainer.remove_callback(PrinterCallback)  # our progress bar and tables report instead
+        trainer = make_trainer(model, train_ds, eval_ds, collator, scratch, clock=clock, scorer=scorer, spec=spec,
+                               lr=lr, epochs=epochs, seed=seed, device=device, per_epoch=per_epoch)
         with peak_memory(device) as peak:
             trainer.train()
         if not per_epoch:
             trainer.evaluate()
-    if skipped and len(skipped) == trainer.state.global_step:
-        raise TrainingFailed(f"the fp16 grad scaler skipped all {len(skipped)} optimizer steps (overflowing "
+    if clock.skipped and clock.skipped == trainer.state.global_step:
+        raise TrainingFailed(f"the fp16 grad scaler skipped all {clock.skipped} optimizer steps (overflowing "
                              "gradients), so the weights never changed; use precision bf16 or fp32")
     evals = [h for h in trainer.state.log_history if "eval_accuracy" in h]
     losses = [h["loss"] for h in trainer.state.log_history if "loss" in h]
     epoch_of = range(1, len(evals) + 1) if per_epoch else [epochs]  # the epoch after which each evaluation ran
-    return [{"epoch": n, "accuracy": e["eval_accuracy"], "eval_loss": e["eval_loss"],
+    rows = [{"epoch": n, "accuracy": e["eval_accuracy"], "eval_loss": e["eval_loss"],
              "train_loss": losses[n - 1] if n <= len(losses) else float("nan"),
-             "train_seconds": float(np.sum(seconds[:n])), "peak_mem_mb": peak[0]}
-            for n, e in zip(epoch_of, evals)], logits[0]
+             "train_seconds": float(np.sum(clock.seconds[:n])), "peak_mem_mb": peak[0]}
+            for n, e in zip(epoch_of, evals)]
+    return Trained(rows, aligned(scorer, eval_ds, evals[-1]["eval_accuracy"]), clock.probes)

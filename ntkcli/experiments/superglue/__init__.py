@@ -21,8 +21,8 @@ from ...runs import Results, Run, is_main_process, resolve_device
 from ..finetune import Inputs, optimizer_steps, quiet, train_method
 from ..finetune.data import tokenize
 from . import tasks
-from .claims import COMMAND, TITLE, report, table2  # noqa: F401 — the experiment contract
-from .recipe import SuperGlueRecipe, TunedMethod, variant_name
+from .claims import COMMAND, TITLE, assess, report, table2  # noqa: F401 — the experiment contract
+from .recipe import CONTROL, SuperGlueRecipe, TunedMethod, variant_name
 
 HELP = ("Table 2 (paper 1, §5) on real SuperGLUE with a real pretrained model: NTK-Attention vs P-Tuning v2 vs "
         "LoRA vs full fine-tuning vs any peft method, each learning rate chosen on held-out train.\n\n"
@@ -74,12 +74,20 @@ def _split(ds, tokenizer, max_length: int, by_length: bool = False) -> Split:
     return Split(rows.remove_columns("group"), np.asarray(rows["label"]), np.asarray(rows["group"]), order)
 
 
+def subset(split: Split, n: int, seed: int) -> Split:
+    """About n rows of a split (whole groups, stratified by label), seeded; all of it when n covers it."""
+    if n >= len(split.labels):
+        return split
+    keep = tasks.carve(split.labels, split.groups, n, seed)[1]
+    return Split(split.rows.select(keep), split.labels[keep], split.groups[keep], split.index[keep])
+
+
 def _task(cfg: SuperGlueRecipe, name: str, tokenizer) -> TaskSplits:
     """The task's train and evaluation splits (carved from validation when it has no train), limited as the
     recipe says, and the selection split carved from train."""
     root = None if cfg.data.path is None else Path(cfg.data.path).expanduser()
     folder = None if root is None else tasks.task_folder(root, name, len(cfg.data.tasks) == 1)
-    dspec = tasks.spec(name, folder, cfg.data.name, cfg.data.max_length)
+    dspec = tasks.spec(name, folder, cfg.data.name, cfg.data.length(name))
     carved = not tasks.has_train(dspec)
     if carved:
         whole = tasks.read(name, dspec, "validation")
@@ -90,7 +98,7 @@ def _task(cfg: SuperGlueRecipe, name: str, tokenizer) -> TaskSplits:
     train = tasks.limit(train, cfg.data.max_train.get(name), cfg.seed)
     evaluation = tasks.limit(evaluation, cfg.data.max_eval.get(name), cfg.seed)
     fit, val = tasks.carve(train["label"], train["group"], cfg.selection.val_fraction, cfg.seed)
-    n = cfg.data.max_length
+    n = cfg.data.length(name)
     return TaskSplits(_split(train, tokenizer, n), _split(evaluation, tokenizer, n, True),
                       _split(train.select(fit), tokenizer, n), _split(train.select(val), tokenizer, n, True), carved)
 
@@ -106,10 +114,16 @@ def prepare(cfg: SuperGlueRecipe) -> Prepared:
     return Prepared(device, DataCollatorWithPadding(tokenizer), {t: _task(cfg, t, tokenizer) for t in cfg.data.tasks})
 
 
+def grid(method: TunedMethod) -> list[tuple[str, float]]:
+    """A method's (variant, lr) grid points, in order."""
+    return [(variant_name(v), lr) for v in method.variants for lr in method.lrs]
+
+
 def selection_points(cfg: SuperGlueRecipe) -> list[tuple]:
-    """Every grid point of every (task, method), trained with the first seed on the selection split."""
-    return [("select", task, m.label, variant_name(v), lr, cfg.seeds[0])
-            for task in cfg.data.tasks for m in cfg.methods for v in m.variants for lr in m.lrs]
+    """Every grid point of every (task, method) that has a choice to make (a grid of one point needs no selection
+    run), trained with the first seed on the selection split."""
+    return [("select", task, m.label, *point, cfg.seeds[0])
+            for task in cfg.data.tasks for m in cfg.methods if len(grid(m)) > 1 for point in grid(m)]
 
 
 def paper_lr(cfg: SuperGlueRecipe, method: TunedMethod) -> float:
@@ -123,18 +137,20 @@ def choose(cfg: SuperGlueRecipe, selected: pd.DataFrame) -> dict[tuple[str, str,
     views = {}
     for task in cfg.data.tasks:
         for m in cfg.methods:
-            grid = [(variant_name(v), lr) for v in m.variants for lr in m.lrs]
+            points = grid(m)
             score = {(r.variant, r.lr): r.accuracy for r in selected[(selected.task == task) &
                                                                      (selected.method == m.label)].itertuples()}
-            views["chosen", task, m.label] = max(grid, key=lambda p: (score.get(p, -1.0), -grid.index(p)))
+            views["chosen", task, m.label] = max(points, key=lambda p: (score.get(p, -1.0), -points.index(p)))
             views["paper", task, m.label] = (variant_name(m.variants[0]), paper_lr(cfg, m))
+        for view in VIEWS:
+            views[view, task, CONTROL] = ("default", 0.0)
     return views
 
 
 def final_points(cfg: SuperGlueRecipe, views: dict) -> list[tuple]:
     """Every seed at every view's point, each point once."""
     points = [("final", task, method, *views[view, task, method], seed)
-              for task in cfg.data.tasks for method in (m.label for m in cfg.methods) for view in VIEWS
+              for task in cfg.data.tasks for method in [CONTROL, *(m.label for m in cfg.methods)] for view in VIEWS
               for seed in cfg.seeds]
     return list(dict.fromkeys(points))
 
@@ -155,22 +171,38 @@ def _splits(prep: Prepared, stage: str, task: str) -> tuple[Split, Split]:
     return (splits.fit, splits.val) if stage == "select" else (splits.train, splits.eval)
 
 
-def _fit(cfg: SuperGlueRecipe, prep: Prepared, point: tuple, advance) -> tuple[dict, pd.DataFrame | None]:
-    """One run: its results row, and for a final run each evaluation example's prediction."""
+def _majority(train: Split, scored: Split) -> tuple[np.ndarray, dict]:
+    """The control: the train split's most frequent label predicted for every scored row; nothing trained."""
+    predicted = np.full(len(scored.labels), np.bincount(train.labels).argmax())
+    return predicted, {"kind": CONTROL, "train_loss": np.nan, "train_seconds": 0.0, "examples_per_s": np.nan,
+                       "peak_mem_mb": 0.0, "trainable_params": 0, "total_params": 0}
+
+
+def _trained(cfg: SuperGlueRecipe, prep: Prepared, point: tuple, train: Split, scored: Split,
+             advance) -> tuple[np.ndarray, dict]:
+    """One method trained at one grid point: its predictions on the scored split and its run's numbers."""
     stage, task, label, variant, lr, seed = point
     method = next(m for m in cfg.methods if m.label == label)
     spec = method.candidates()[[variant_name(v) for v in method.variants].index(variant)]
-    train, scored = _splits(prep, stage, task)
     inputs = Inputs(prep.device, train.rows, scored.rows, prep.collator)
-    rows, logits = train_method(cfg, spec, seed, lr, inputs, advance, num_labels=len(tasks.TASKS[task].labels),
-                                per_epoch=False)
-    predicted = np.argmax(logits, axis=-1)
-    last = rows.iloc[-1]
+    trained = train_method(cfg, spec, seed, lr, inputs, advance, num_labels=len(tasks.TASKS[task].labels),
+                           per_epoch=False, epochs=cfg.epochs(task))
+    last = trained.rows.iloc[-1]
+    return np.argmax(trained.evaluation.logits, axis=-1), {
+        "kind": method.kind, "train_loss": last.train_loss, "train_seconds": last.train_seconds,
+        "examples_per_s": len(train.labels) * cfg.epochs(task) / last.train_seconds, "peak_mem_mb": last.peak_mem_mb,
+        "trainable_params": last.trainable_params, "total_params": last.total_params}
+
+
+def _fit(cfg: SuperGlueRecipe, prep: Prepared, point: tuple, advance) -> tuple[dict, pd.DataFrame | None]:
+    """One run (or the majority control): its results row, and for a final run each evaluation example's
+    prediction."""
+    stage, task, label = point[:3]
+    train, scored = _splits(prep, stage, task)
+    predicted, numbers = _majority(train, scored) if label == CONTROL else \
+        _trained(cfg, prep, point, train, scored, advance)
     row = dict(zip(KEYS, point)) | {m: np.nan for m in METRICS} | \
-        tasks.metrics(task, scored.labels, predicted, scored.groups) | {
-        "train_loss": last.train_loss, "train_seconds": last.train_seconds,
-        "examples_per_s": len(train.labels) * cfg.train.epochs / last.train_seconds, "peak_mem_mb": last.peak_mem_mb,
-        "trainable_params": last.trainable_params, "total_params": last.total_params,
+        tasks.metrics(task, scored.labels, predicted, scored.groups) | numbers | {
         "train_rows": len(train.labels), "scored_rows": len(scored.labels)}
     if stage == "select":
         return row, None
@@ -181,8 +213,8 @@ def _fit(cfg: SuperGlueRecipe, prep: Prepared, point: tuple, advance) -> tuple[d
 def _train_all(cfg: SuperGlueRecipe, prep: Prepared, folder: Run, results: Results, predictions: Results,
                points: list[tuple], what: str) -> None:
     todo = results.todo(points)
-    steps = sum(optimizer_steps(len(_splits(prep, p[0], p[1])[0].labels), cfg.train.batch_size, cfg.train.epochs)
-                for p in todo)
+    steps = sum(optimizer_steps(len(_splits(prep, p[0], p[1])[0].labels), cfg.train.batch_size, cfg.epochs(p[1]))
+                for p in todo if p[2] != CONTROL)
     with folder.task(f"{what}: {len(todo)} runs", steps) as advance:
         for point in todo:
             row, predicted = _fit(cfg, prep, point, advance)
@@ -198,7 +230,8 @@ def summarize(cfg: SuperGlueRecipe, finals: pd.DataFrame, views: dict) -> pd.Dat
         runs = finals[(finals.task == task) & (finals.method == method) & (finals.variant == variant) &
                       (finals.lr == lr)]
         stats = {f"{m}_{f}": getattr(runs[m], f)() for m in METRICS for f in ("mean", "std")}
-        out.append({"view": view, "task": task, "method": method, "variant": variant, "lr": lr, **stats,
+        out.append({"view": view, "task": task, "method": method, "kind": runs.kind.iloc[0] if len(runs) else "",
+                    "variant": variant, "lr": lr, **stats,
                     "seeds": runs.seed.nunique(), "trainable_params": runs.trainable_params.max(),
                     "total_params": runs.total_params.max(), "examples_per_s": runs.examples_per_s.mean()})
     return pd.DataFrame(out)
@@ -213,16 +246,20 @@ def run(cfg: SuperGlueRecipe, folder: Run, prep: Prepared) -> dict[str, pd.DataF
     finals = final_points(cfg, views)
     _train_all(cfg, prep, folder, results, predictions, finals, "final seeds")
     summary = summarize(cfg, results.table(finals), views)
+    floors, signal, diffs = assess(summary, predictions.table(finals), cfg.selection.bootstrap, cfg.seed)
     if is_main_process():
         from ...figures.superglue import pareto
 
         folder.save_csv("summary.csv", summary)
-        folder.save_figure("table2.png", pareto(summary[summary.view == "chosen"]))
+        folder.save_figure("table2.png", pareto(summary[summary.view == "chosen"], signal))
         folder.finish(tasks={t: {"train": len(s.train.labels), "eval": len(s.eval.labels), "carved": s.carved}
                              for t, s in prep.tasks.items()})
-    return {"summary": summary}
+    return {"summary": summary, "floor": floors, "differences": diffs, "signal": signal}
 
 
-def tables(cfg: SuperGlueRecipe, result: dict[str, pd.DataFrame]) -> list[tuple[str, pd.DataFrame]]:
-    return [(f"superglue '{cfg.name}': accuracy % on the evaluation split ({view} step)",
-             table2(result["summary"], view)) for view in VIEWS]
+def tables(cfg: SuperGlueRecipe, result: dict) -> list[tuple[str, pd.DataFrame]]:
+    shown = [(f"superglue '{cfg.name}': accuracy % on the evaluation split ({view} step; avg over the tasks with "
+              "signal)", table2(result["summary"], view, result["signal"])) for view in VIEWS]
+    floors = result["floor"].assign(signal=result["floor"].signal.map({True: "yes", False: "no"}))
+    return shown + [(f"superglue '{cfg.name}': learnability floor, method − majority class (points, 95% interval)",
+                     floors.round(2))]

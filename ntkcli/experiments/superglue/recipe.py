@@ -3,7 +3,7 @@ method worth trying several ways, variants of its options), seeds, and the selec
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import Field, PositiveFloat, TypeAdapter, model_validator
 
@@ -12,6 +12,7 @@ from ..finetune.recipe import MethodSpec, ModelSpec, TrainSpec, method_label
 from .tasks import TASKS
 
 TaskName = Literal[tuple(TASKS)]  # type: ignore[valid-type]
+CONTROL = "majority"  # the majority-class control: the train split's most frequent label for every evaluation row
 
 
 class SuperGlueData(Section):
@@ -19,12 +20,20 @@ class SuperGlueData(Section):
     path: str | None = Field(None, description="a local SuperGLUE folder (<Task>/train.jsonl, val.jsonl), or with one "
                              "task that task's own folder (GLUE's RTE train.tsv/dev.tsv too)")
     tasks: list[TaskName] = Field(["boolq", "cb", "copa", "multirc"], min_length=1)  # type: ignore[valid-type]
-    max_length: int = Field(64, ge=8, le=4096, description="tokens per text field")
+    max_length: int = Field(64, ge=8, le=4096, description="tokens per text field (a pair is cut to twice this, "
+                            "longest field first)")
+    max_lengths: dict[TaskName, Annotated[int, Field(ge=8, le=4096)]] = Field(  # type: ignore[valid-type]
+        {}, description="task → tokens per text field, instead of max_length")
+    epochs: dict[TaskName, Annotated[int, Field(ge=1, le=100_000)]] = Field(  # type: ignore[valid-type]
+        {}, description="task → training epochs, instead of train.epochs")
     max_train: dict[TaskName, int] = Field({}, description="task → at most this many train rows (whole MultiRC "  # type: ignore[valid-type]
                                            "questions), seeded; limits of tasks not in `tasks` are unused")
     max_eval: dict[TaskName, int] = Field({}, description="task → at most this many evaluation rows")  # type: ignore[valid-type]
     carve_eval: float = Field(0.5, gt=0, lt=1, description="a task without a train split (the shared BoolQ): the "
                               "share of its validation file held out for evaluation; the rest is train")
+
+    def length(self, task: str) -> int:
+        return self.max_lengths.get(task, self.max_length)
 
     @model_validator(mode="after")
     def _positive_caps(self) -> "SuperGlueData":
@@ -68,6 +77,10 @@ class TunedMethod(Section):
     def label(self) -> str:
         return method_label(self.spec)
 
+    @property
+    def kind(self) -> str:
+        return self.spec.method
+
     def candidates(self) -> list[Any]:
         """The method spec of every variant (the base entry with that variant's options)."""
         base = self.spec.model_dump(exclude_unset=True)
@@ -89,9 +102,15 @@ class SuperGlueRecipe(Recipe):
     seeds: list[Seed] = Field([0, 1, 2], min_length=1)
     selection: Selection = Selection()
 
+    def epochs(self, task: str) -> int:
+        """Training epochs of the task's runs."""
+        return self.data.epochs.get(task, self.train.epochs)
+
     @model_validator(mode="after")
     def _labels_differ(self) -> "SuperGlueRecipe":
         labels = [m.label for m in self.methods]
+        if CONTROL in labels:
+            raise ValueError(f"the label {CONTROL!r} is the majority-class control every table has; choose another")
         if len(set(labels)) != len(labels):
             raise ValueError(f"method labels must differ (got {labels}); set a label per method")
         return self
