@@ -29,16 +29,18 @@ CONFIG = dict(  # ChatGLM3-6B's config.json, shrunk: 2 layers, 4 heads of 8 dims
     multi_query_group_num=2, num_attention_heads=4, num_layers=2, original_rope=True, post_layer_norm=True,
     rmsnorm=True, seq_length=256, rope_ratio=2.0, torch_dtype="float16")
 TEXT = ["The cat sat on the mat.", "A dog is running in the park.", "Paris is the capital of France.",
-        "It is not raining today.", "The team crossed the bridge on day one."] * 10
+        "It is not raining today.", "The team crossed the bridge on day one.", "Many people saw the leopard."] * 10
+PIECES = 300  # with byte fallback (any text encodes, as ChatGLM3's does) and a piece spelled like a special token
 
 
 def sentencepiece_model() -> bytes:
     import sentencepiece as spm
 
     out = io.BytesIO()
-    spm.SentencePieceTrainer.train(sentence_iterator=iter(TEXT), model_writer=out, vocab_size=40, model_type="unigram",
-                                   character_coverage=1.0, unk_id=0, bos_id=1, eos_id=2, pad_id=-1,
-                                   minloglevel=2, num_threads=1)
+    spm.SentencePieceTrainer.train(sentence_iterator=iter(TEXT), model_writer=out, vocab_size=PIECES,
+                                   model_type="unigram", character_coverage=1.0, unk_id=0, bos_id=1, eos_id=2,
+                                   pad_id=-1, byte_fallback=True, user_defined_symbols=["eop"],
+                                   hard_vocab_limit=False, minloglevel=2, num_threads=1)
     return out.getvalue()
 
 
@@ -73,7 +75,7 @@ def write_chatglm3(folder: Path, layout: str = "safetensors", **config) -> Path:
     (folder / "tokenizer_config.json").write_text(json.dumps({
         "tokenizer_class": "ChatGLMTokenizer", "padding_side": "left",
         "auto_map": {"AutoTokenizer": ["tokenization_chatglm.ChatGLMTokenizer", None]}}))
-    vocab = 40 + len(SPECIAL_TOKENS) + 3  # padded, as padded_vocab_size is
+    vocab = PIECES + len(SPECIAL_TOKENS) + 3  # padded, as padded_vocab_size is
     (folder / "config.json").write_text(json.dumps({**CONFIG, "padded_vocab_size": vocab, "vocab_size": vocab, **config}))
     state = checkpoint(vocab)
     if layout == "safetensors":
@@ -100,7 +102,7 @@ def chatglm_positions(mask: torch.Tensor) -> torch.Tensor:
     return (mask.cumsum(-1) - 1).clamp(min=0)
 
 
-def reference_logits(folder: Path, head: torch.Tensor, ids: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+def reference_logits(folder: Path, head: torch.nn.Linear, ids: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
     """ChatGLM3's forward in float64 as its modelling code computes it: fused query_key_value, rotary on the
     first half of each head in interleaved pairs with ChatGLM3's position ids, RMSNorm, SwiGLU, causal +
     padding mask, the last position pooled."""
@@ -139,7 +141,7 @@ def reference_logits(folder: Path, head: torch.Tensor, ids: torch.Tensor, mask: 
         gate, up = (rms(x, W[p + "post_attention_layernorm.weight"]) @ W[p + "mlp.dense_h_to_4h.weight"].T).chunk(2, -1)
         x = x + (F.silu(gate) * up) @ W[p + "mlp.dense_4h_to_h.weight"].T
     x = rms(x, W["transformer.encoder.final_layernorm.weight"])
-    return x[:, -1] @ head.double().T
+    return x[:, -1] @ head.weight.double().T + head.bias.double()  # the last position; ChatGLM3's head has a bias
 
 
 def encode(folder: Path, padded: bool):
@@ -163,8 +165,10 @@ def test_native_glm_equals_chatglm3_reference_in_float64(glm_dir, padded, monkey
     batch = encode(glm_dir, padded)
     if padded:
         assert (batch["attention_mask"] == 0).any() and (batch["attention_mask"][:, -1] == 1).all()  # left padding
-    want = reference_logits(glm_dir, model.score.weight, batch["input_ids"], batch["attention_mask"])
-    assert head == ["score.weight"]
+    with torch.no_grad():
+        model.score.bias.normal_()  # starts at zero; a trained one is not
+    want = reference_logits(glm_dir, model.score, batch["input_ids"], batch["attention_mask"])
+    assert head == ["score.weight", "score.bias"]
     # as transformers ships it, RMSNorm always normalises in float32, so float64 agrees to float32 rounding
     assert torch.allclose(glm_logits(model, batch), want, rtol=0, atol=1e-6)
     # with that one float32 step in float64 instead, the two agree to 1e-10 (the loader numbers positions from
@@ -193,7 +197,8 @@ def test_tokenizer_puts_gmask_sop_first_eos_after_a_pair_and_pads_left(glm_dir):
     sp = spm.SentencePieceProcessor(model_file=str(glm_dir / "tokenizer.model"))
     tok = load_tokenizer(ModelSpec(name_or_path=str(glm_dir)))
     n = sp.vocab_size()
-    assert tok.convert_tokens_to_ids(list(SPECIAL_TOKENS)) == list(range(n, n + len(SPECIAL_TOKENS)))
+    assert list(tok.special_ids) == list(SPECIAL_TOKENS) and list(tok.special_ids.values()) == list(range(n, n + 9))
+    assert tok.convert_tokens_to_ids(["[gMASK]", "sop", "eop"]) == [n + 1, n + 3, sp.piece_to_id("eop")]  # a piece
     gmask, sop = n + 1, n + 3  # ChatGLM3-6B: 64790 and 64792 after its 64789 pieces
     a, b = "The cat sat.", "It is not raining."
     assert tok(a)["input_ids"] == [gmask, sop] + sp.encode(a)
@@ -201,6 +206,76 @@ def test_tokenizer_puts_gmask_sop_first_eos_after_a_pair_and_pads_left(glm_dir):
     batch = tok([a, a + " " + b], padding=True)
     assert tok.padding_side == "left" and batch["input_ids"][0][0] == tok.pad_token_id == 0
     assert batch["attention_mask"][0][0] == 0 and batch["attention_mask"][0][-1] == 1
+
+
+ODD_TEXTS = ["Many people saw the leopard.", "jeopardy", "A sophisticated philosopher", "the sopranos",
+             "literal [gMASK] sop eop <|user|> <|assistant|> </s> <s> <unk> [MASK] here", "café 東京 — naïve"]
+
+
+def _tokenizer_and_pieces(folder: Path):
+    import sentencepiece as spm
+
+    return load_tokenizer(ModelSpec(name_or_path=str(folder))), spm.SentencePieceProcessor(
+        model_file=str(folder / "tokenizer.model"))
+
+
+@pytest.mark.parametrize("text", ODD_TEXTS)
+def test_text_is_sentencepiece_alone_and_round_trips(glm_dir, text):
+    """No text becomes a control token, in a word ('people' holds 'eop', which the test vocabulary even has as a
+    piece of its own) or literally; decode gives the text back, bytes included."""
+    tok, sp = _tokenizer_and_pieces(glm_dir)
+    n = sp.vocab_size()
+    ids = tok(text)["input_ids"]
+    assert ids == [n + 1, n + 3] + sp.encode(text) and max(ids[2:]) < n
+    assert tok.decode(ids[2:]) == text == sp.decode(sp.encode(text))  # byte pieces decode to their characters
+    assert tok.decode(ids).startswith("[gMASK]sop") and text in tok.decode(ids)  # as ChatGLM3 shows the layout
+
+
+def _reference(sp, a: str, b: str | None, max_length: int | None) -> list[int]:
+    """ChatGLM3's layout from the sentencepiece ids: [gMASK] sop A (B </s>), cut longest field first."""
+    n = sp.vocab_size()
+    first, second = sp.encode(a), None if b is None else sp.encode(b)
+    room = None if max_length is None else max_length - (2 if b is None else 3)
+    while room is not None and len(first) + len(second or []) > room:
+        if second is None or len(first) > len(second):
+            first = first[:-1]
+        else:
+            second = second[:-1]
+    return [n + 1, n + 3] + first + ([] if second is None else second + [sp.eos_id()])
+
+
+@pytest.mark.parametrize("pair", [False, True])
+@pytest.mark.parametrize("max_length", [None, 9])
+def test_ids_equal_sentencepiece_plus_chatglm3s_layout_padded_and_truncated(glm_dir, pair, max_length):
+    tok, sp = _tokenizer_and_pieces(glm_dir)
+    firsts, seconds = ODD_TEXTS[:3], ["It is.", "The team crossed the bridge on day one.", "no"]
+    cut = {"truncation": True, "max_length": max_length} if max_length else {}
+    batch = tok(firsts, seconds if pair else None, padding=True, **cut)
+    want = [_reference(sp, a, b if pair else None, max_length) for a, b in zip(firsts, seconds)]
+    width = max(map(len, want))
+    assert batch["input_ids"] == [[0] * (width - len(w)) + w for w in want]  # <unk> pads on the left
+    assert batch["attention_mask"] == [[0] * (width - len(w)) + [1] * len(w) for w in want]
+
+
+def test_vocab_size_counts_the_special_tokens_and_decode_drops_eos(glm_dir):
+    tok, sp = _tokenizer_and_pieces(glm_dir)
+    assert tok.vocab_size == sp.vocab_size() + len(SPECIAL_TOKENS) == len(tok)
+    ids = tok("A dog.", "It is.")["input_ids"]
+    assert ids[-1] == tok.eos_token_id == 2 and tok.decode(ids[2:]) == tok.decode(ids[2:-1]) == "A dog. It is."
+    assert "</s>" not in tok.decode(ids) and tok.decode([0, 1, 2]) == ""  # <unk>, <s>, </s> decode to nothing
+
+
+def test_a_row_whose_last_real_token_is_unk_is_pooled_at_that_token(glm_dir):
+    """ChatGLM3 pools the last position; GLM's stock pooling looks for the last id that is not the pad id (0), so it
+    would read such a row one token early. The mask says where the row ends."""
+    model, _ = load_chatglm3(str(glm_dir), 2, torch.float64)
+    ids = torch.tensor([[0, 0, 301, 303, 7, 0], [301, 303, 7, 8, 9, 10]])  # row 0: left padded, ends in <unk>
+    mask = torch.tensor([[0, 0, 1, 1, 1, 1], [1] * 6])
+    with torch.no_grad():
+        hidden = model.model(ids, attention_mask=mask).last_hidden_state
+        got = model(input_ids=ids, attention_mask=mask).logits
+    assert torch.equal(got, model.score(hidden[:, -1]))
+    assert not torch.allclose(got[0], model.score(hidden[0, -2]))  # where the pad-id rule would have pooled
 
 
 def test_ntk_with_zero_z_and_k_is_the_base_chatglm3(glm_dir):
@@ -217,7 +292,8 @@ def test_ntk_with_zero_z_and_k_is_the_base_chatglm3(glm_dir):
 def test_every_method_trains_the_head_and_its_own_tensors_only(glm_dir, method, options):
     spec = ModelSpec(name_or_path=str(glm_dir), dtype="float16" if method != "fft" else "float32")
     model = inject(load_model(spec, image=False, num_labels=2), method, **options).model
-    head = [n for n, p in model.named_parameters() if n.endswith("score.weight") or "modules_to_save" in n and "score" in n]
+    head = [n for n, p in model.named_parameters() if n.endswith(("score.weight", "score.bias")) or
+            "modules_to_save" in n and "score" in n]
     assert head and all(p.dtype == torch.float32 for n, p in model.named_parameters() if n in head)
     before = {n: p.detach().clone() for n, p in model.named_parameters()}
     loss = F.cross_entropy(model(**encode(glm_dir, padded=True)).logits, torch.tensor([0, 1]))
@@ -233,7 +309,12 @@ def test_every_method_trains_the_head_and_its_own_tensors_only(glm_dir, method, 
 
 
 def test_chatglm_rte_recipe_runs_every_method_on_the_tiny_checkpoint(tmp_path, glm_dir):
+    """On RTE rows about people (the word whose 'eop' the old shim turned into a control token)."""
     data = write_rte(tmp_path / "rte", "superglue")
+    for split in ("train", "val"):
+        path = data / f"{split}.jsonl"
+        path.write_text(path.read_text().replace('The \\"team\\"', "Many people").replace("The team", "The people"))
+    assert "Many people" in (data / "train.jsonl").read_text()
     r = invoke("finetune", RECIPES / "chatglm_rte.yaml", "--set", f"model.name_or_path={glm_dir}",
                "--set", f"data.path={data}", "--device", "cpu", "--set", "train.epochs=2", "--set", "seeds=[0]",
                "--out", tmp_path)
@@ -242,8 +323,8 @@ def test_chatglm_rte_recipe_runs_every_method_on_the_tiny_checkpoint(tmp_path, g
     assert list(summary.method) == ["ptuning-v2 m=1", "ptuning-v2 m=10", "ptuning-v2 m=100", "lora r=8", "ntk"]
     results = pd.read_csv(tmp_path / "finetune" / "chatglm_rte" / "results.csv")
     assert results.train_loss.notna().all() and results.eval_loss.map(math.isfinite).all()
-    head = 32 * 2
-    assert (summary.trainable_params > head).all()  # the head (32 × 2) and each method's own tensors
+    head = 32 * 2 + 2
+    assert (summary.trainable_params > head).all()  # the head (32 × 2 and its bias) and each method's own tensors
 
 
 def test_no_chatglm_recipe_runs_remote_code_and_all_pass_dry_run():

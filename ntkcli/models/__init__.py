@@ -86,7 +86,9 @@ def model_config(spec: ModelSpec, source: str | None = None):
 
 
 def load_tokenizer(spec: ModelSpec):
-    """The tokenizer at model.tokenizer (default: the model's location); ChatGLM3's without remote code."""
+    """The tokenizer at model.tokenizer (default: the model's location); ChatGLM3's without remote code. Text is
+    always text: a literal '[SEP]', '[PAD]' or '</s>' in a data set is tokenized as characters, never turned into
+    the control token it spells (split_special_tokens; the tokenizer still adds its own special tokens by id)."""
     from transformers import AutoTokenizer
 
     where = spec.tokenizer or spec.name_or_path
@@ -95,7 +97,8 @@ def load_tokenizer(spec: ModelSpec):
     try:
         if not spec.trust_remote_code and chatglm3.is_chatglm3_tokenizer(resolve(where)):
             return chatglm3.load_tokenizer(resolve(where))
-        return AutoTokenizer.from_pretrained(resolve(where), trust_remote_code=spec.trust_remote_code)
+        return AutoTokenizer.from_pretrained(resolve(where), trust_remote_code=spec.trust_remote_code,
+                                             split_special_tokens=True)
     except UserError:
         raise
     except Exception as err:  # noqa: BLE001
