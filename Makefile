@@ -5,7 +5,7 @@ NTK    := $(VENV)/bin/ntk
 STAMP  := $(VENV)/.installed
 PIP    := $(PY) -m pip install --quiet --disable-pip-version-check -c constraints.txt
 
-.PHONY: install test reproduce superglue reproduce-paper bench gpu-check clean
+.PHONY: install test reproduce superglue compress reproduce-paper bench gpu-check clean
 
 install: $(STAMP)
 
@@ -22,6 +22,7 @@ test: install
 # reads them there, offline (.ci/run passes the shared copy).
 SUPERGLUE_DIR ?=
 SUPERGLUE := $(if $(SUPERGLUE_DIR),HF_HUB_OFFLINE=1 $(NTK) superglue --set data.path=$(abspath $(SUPERGLUE_DIR)),$(NTK) superglue)
+COMPRESS := $(if $(SUPERGLUE_DIR),HF_HUB_OFFLINE=1 $(NTK) compress --set data.path=$(abspath $(SUPERGLUE_DIR)),$(NTK) compress)
 
 # Every experiment at its CPU scale, then the report; a re-run resumes and skips finished points.
 reproduce: install
@@ -30,11 +31,17 @@ reproduce: install
 	HF_HUB_OFFLINE=1 $(NTK) finetune recipes/digits_vit.yaml
 	$(NTK) scaling-law recipes/scaling_law.yaml
 	$(SUPERGLUE) recipes/superglue_slice.yaml
+	$(COMPRESS) recipes/compress_slice.yaml
 	$(NTK) report outputs
 
 # Table 2 at MiniLM scale, the full suite (under an hour on 2 CPU cores; resumable), then the report.
 superglue: install
 	$(SUPERGLUE) recipes/superglue_minilm.yaml
+	$(NTK) report outputs
+
+# Eq. (4) on a real model's contexts, the full sweep (under 30 minutes on 2 CPU cores; resumable), then the report.
+compress: install
+	$(COMPRESS) recipes/compress.yaml
 	$(NTK) report outputs
 
 # The papers' scales, for a GPU machine with the model hub.

