@@ -48,17 +48,24 @@ class Recipe(BaseModel):
 
     @model_validator(mode="after")
     def _fits_memory(self) -> "Recipe":
-        need = self.peak_bytes()
-        if need:
-            import psutil
-            import torch
-
-            gpu = self.device != "cpu" and torch.cuda.is_available()
-            have = torch.cuda.get_device_properties(0).total_memory if gpu else psutil.virtual_memory().total
-            if need > have:
-                raise ValueError(f"this recipe needs about {need / 2**30:.3g} GiB of memory, more than the "
-                                 f"{have / 2**30:.3g} GiB of this machine's {'GPU' if gpu else 'RAM'}; lower its sizes")
+        too_much = beyond_memory(self.peak_bytes(), self.device)
+        if too_much:
+            raise ValueError(f"this recipe {too_much}; lower its sizes")
         return self
+
+
+def beyond_memory(need: int, device: str) -> str | None:
+    """'needs about X GiB …, more than the Y GiB of this machine's RAM (GPU)' when `need` bytes exceed what the device
+    has (the GPU's for a CUDA run), else None."""
+    import psutil
+    import torch
+
+    gpu = device != "cpu" and torch.cuda.is_available()
+    have = torch.cuda.get_device_properties(0).total_memory if gpu else psutil.virtual_memory().total
+    if need <= have:
+        return None
+    return (f"needs about {need / 2**30:.3g} GiB of memory, more than the {have / 2**30:.3g} GiB of this machine's "
+            f"{'GPU' if gpu else 'RAM'}")
 
 
 class Section(BaseModel):

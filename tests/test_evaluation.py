@@ -79,9 +79,9 @@ def _tiny_text_run(tmp_path, monkeypatch, shuffled: bool):
                                   num_attention_heads=2, intermediate_size=64, num_labels=2)
     model = AutoModelForSequenceClassification.from_config(config)
     collator = DataCollatorWithPadding(tokenizer)
-    rows, evaluation = train(model, train_ds, eval_ds, collator, spec=TrainSpec(batch_size=8, eval_batch_size=8),
-                             lr=1e-3, epochs=1, seed=0, device=torch.device("cpu"), advance=lambda n=1: None)
-    return model, eval_ds, collator, rows, evaluation
+    trained = train(model, train_ds, eval_ds, collator, spec=TrainSpec(batch_size=8, eval_batch_size=8), lr=1e-3,
+                    epochs=1, seed=0, device=torch.device("cpu"), advance=lambda n=1: None)
+    return model, eval_ds, collator, trained.rows, trained.evaluation
 
 
 def test_per_row_predictions_equal_a_plain_forward_of_each_row(tmp_path, monkeypatch):

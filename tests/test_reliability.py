@@ -76,7 +76,111 @@ BAD_INPUTS = [
     ("finetune", ["{minilm}", "--set", "data.path={rte}", "--set", "model.tokenizer={tmp}/no-tokenizer"],
      ["tokenizer"]),
     ("bench", ["--device", "tpu"], ["unknown device", "tpu"]),
+    # the paths added since: SuperGLUE data, peft entries, adapter sizes, model configs, checkpoints (one fixture each)
+    ("superglue", ["{slice}", "--set", "data.path={sg_latin1}"], ["task cb", "not UTF-8", "line 1"]),
+    ("superglue", ["{slice}", "--set", "data.path={sg_unlabelled}"], ["task cb", "row 1 has no label"]),
+    ("superglue", ["{slice}", "--set", "data.path={sg_broken}"], ["task cb", "cannot read train data"]),
+    ("superglue", ["{slice}", "--set", "data.path={sg_folder}"], ["task cb", "train.jsonl is not a data file"]),
+    ("superglue", ["{slice}", "--set", "data.path={sg}", "--set", "data.max_train={{cb: 2}}",
+                   "--set", "selection.val_fraction=0.9"], ["task cb", "cannot be split"]),
+    ("superglue", ["{slice}", "--set", "data.path={sg}", "--set",
+                   "methods=[{{method: peft, peft_type: PROMPT_TUNING, num_virtual_tokens: 0, lrs: [0.1]}}]"],
+     ["num_virtual_tokens must be at least 1"]),
+    ("superglue", ["{slice}", "--set", "data.path={sg}", "--set",
+                   "methods=[{{method: peft, peft_type: LORA, lora_dropout: .nan, lrs: [0.1]}}]"],
+     ["lora_dropout", "finite"]),
+    ("finetune", ["{digits}", "--set", "methods=[{{method: peft, peft_type: PROMPT_TUNING, num_virtual_tokens: abc}}]"],
+     ["methods.0", "num_virtual_tokens", "valid integer"]),
+    ("finetune", ["{digits}", "--set", "methods=[{{method: peft, peft_type: PROMPT_TUNING, num_virtual_tokens: 20}}]"],
+     ["methods.0", "text model", "pixels"]),
+    ("finetune", ["{digits}", "--set", "methods=[{{method: peft, peft_type: LORA, r: 0}}]"], ["LoraConfig.r", "at least 1"]),
+    ("finetune", ["{digits}", "--set", "methods=[{{method: peft, peft_type: LORA, lora_alpha: .inf}}]"],
+     ["lora_alpha", "finite"]),
+    ("finetune", ["{digits}", "--set", "methods=[{{method: lora, target_modules: [nope]}}]"], ["methods.0", "'nope'"]),
+    ("finetune", ["{digits}", "--set", "methods=[{{method: peft, peft_type: IA3, target_modules: [nope], "
+                                       "feedforward_modules: [nope]}}]"], ["methods.0", "target_modules", "'nope'"]),
+    ("finetune", ["{digits}", "--set", "methods=[{{method: ptuning-v2, prefix_length: 100000000}}]"],
+     ["methods.0", "GiB", "lower its sizes"]),
+    ("finetune", ["{digits}", "--set", "methods=[{{method: lora, r: 10000000}}]"], ["methods.0", "GiB"]),
+    ("finetune", ["{digits}", "--set", "methods=[{{method: ntk, init: prefix, prefix_length: 100000000}}]"],
+     ["methods.0", "GiB"]),
+    ("finetune", ["{digits}", "--set", "methods=[{{method: ntk, feature_map: favor, num_features: 100000000}}]"],
+     ["methods.0", "GiB"]),
+    ("finetune", ["{digits}", "--set", "model.config.num_hidden_layers=64", "--set", "model.config.hidden_size=65536"],
+     ["GiB", "parameters"]),
+    ("finetune", ["{minilm}", "--set", "data.path={rte_latin1}"], ["not UTF-8"]),
+    ("finetune", ["{chatglm}", "--device", "cpu", "--set", "model.name_or_path={glm_cut}"], ["cut short"]),
+    ("finetune", ["{chatglm}", "--device", "cpu", "--set", "model.name_or_path={glm_empty}"], ["is empty"]),
+    ("finetune", ["{chatglm}", "--device", "cpu", "--set", "model.name_or_path={glm_header}"], ["not a safetensors file"]),
+    ("finetune", ["{chatglm}", "--device", "cpu", "--set", "model.name_or_path={glm_none}"], ["no model.safetensors"]),
+    ("finetune", ["{chatglm}", "--device", "cpu", "--set", "model.name_or_path={glm_shard}"], ["shard", "is not in"]),
+    ("finetune", ["{chatglm}", "--device", "cpu", "--set", "model.name_or_path={glm_layers}"], ["num_layers", "positive integer"]),
+    ("finetune", ["{chatglm}", "--device", "cpu", "--set", "model.name_or_path={glm_sizes}"], ["dense_h_to_4h", "config.json says"]),
+    ("approx-error", ["--protocol", "released", "--max-log2m", "12", "--set", "seq_len=65536"], ["GiB"]),
 ]
+
+
+def _superglue_variant(tmp: Path, name: str) -> Path:
+    """The small official-layout SuperGLUE folder with CB's train.jsonl broken one way."""
+    from test_superglue import write_superglue
+
+    root = write_superglue(tmp / name)
+    train = root / "CB" / "train.jsonl"
+    rows = [json.loads(line) for line in train.read_text().splitlines()]
+    if name == "sg_latin1":
+        train.write_bytes(b"\xff\xfe" + train.read_bytes())
+    elif name == "sg_unlabelled":
+        train.write_text("".join(json.dumps({k: v for k, v in r.items() if k != "label"}) + "\n" for r in rows))
+    elif name == "sg_broken":
+        train.write_text(train.read_text() + "{not json\n")
+    elif name == "sg_folder":
+        train.unlink()
+        train.mkdir()
+    return root
+
+
+def _chatglm_variant(tmp: Path, name: str) -> Path:
+    """A tiny ChatGLM3 checkpoint in the hub layout, broken one way."""
+    from test_chatglm3 import write_chatglm3
+
+    config = {"glm_layers": {"num_layers": -2}, "glm_sizes": {"ffn_hidden_size": 64}}.get(name, {})
+    folder = write_chatglm3(tmp / name, "sharded" if name == "glm_shard" else "safetensors", **config)
+    weights = folder / "model.safetensors"
+    if name == "glm_cut":
+        weights.write_bytes(weights.read_bytes()[:-100])
+    elif name == "glm_empty":
+        weights.write_bytes(b"")
+    elif name == "glm_header":
+        weights.write_bytes(weights.read_bytes()[:50])
+    elif name == "glm_none":
+        weights.unlink()
+    elif name == "glm_shard":
+        next(folder.glob("model-00001-*")).unlink()
+    return folder
+
+
+class Places(dict):
+    """The test's places by name, each fixture built only when an argument names it."""
+
+    def __init__(self, tmp: Path):
+        super().__init__(tmp=tmp, digits=RECIPES / "digits_vit.yaml", minilm=RECIPES / "minilm_rte.yaml",
+                         slice=RECIPES / "superglue_slice.yaml", chatglm=RECIPES / "chatglm_rte.yaml")
+        self.tmp = tmp
+
+    def __missing__(self, key: str) -> Path:
+        if key == "latin1":
+            made = _bad_recipe(self.tmp)
+        elif key == "rte":
+            made = write_rte(self.tmp / "rte", "superglue")
+        elif key == "rte_latin1":
+            made = write_rte(self.tmp / "rte_latin1", "superglue")
+            (made / "train.jsonl").write_bytes(b"\xe9" + (made / "train.jsonl").read_bytes())
+        elif key.startswith("sg"):
+            made = _superglue_variant(self.tmp, key)
+        else:
+            made = _chatglm_variant(self.tmp, key)
+        self[key] = made
+        return made
 
 
 @pytest.mark.parametrize("command, args, words", BAD_INPUTS, ids=[f"{c}-{' '.join(a)}" for c, a, _ in BAD_INPUTS])
@@ -84,11 +188,10 @@ def test_bad_input_is_one_line_exit_2_and_leaves_the_file_system_as_it_was(tmp_p
                                                                            words):
     monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
     monkeypatch.chdir(tmp_path)
-    rte = write_rte(tmp_path / "rte", "superglue")
-    places = {"tmp": tmp_path, "latin1": _bad_recipe(tmp_path), "rte": rte,
-              "digits": RECIPES / "digits_vit.yaml", "minilm": RECIPES / "minilm_rte.yaml"}
+    places = Places(tmp_path)
+    args = [a.format_map(places) for a in args]  # the fixtures are made before the snapshot
     before = snapshot(tmp_path)
-    r = invoke(command, *(a.format(**places) for a in args), "--out", tmp_path / "out")
+    r = invoke(command, *args, "--out", tmp_path / "out")
     assert_one_line_error(r, *words)
     assert snapshot(tmp_path) == before
 
@@ -220,3 +323,33 @@ def test_report_never_fails_on_malformed_run_folders(tmp_path):
         command, name = folder.split("/")
         assert name in md or folder in md, folder  # each malformed run is named in a note
     assert "reproduced" in md
+
+
+def test_an_unreachable_hub_is_one_line_whatever_its_clients_log(tmp_path, monkeypatch, capfd):
+    """Offline, the hub client logs a line per retry and datasets a line per parse error, each to the process's
+    stderr; the command silences them, so the user sees its one line."""
+    import datasets
+    from huggingface_hub.utils import logging as hub_logging
+
+    def unreachable(*args, **kwargs):
+        hub_logging.get_logger("huggingface_hub.utils._http").warning("Retrying in 1s [Retry 1/5].")
+        datasets.utils.logging.get_logger("datasets.builder").error("Failed to load JSON from file")
+        raise ConnectionError("Couldn't reach 'aps/super_glue' on the Hub")
+
+    monkeypatch.setattr(datasets, "load_dataset", unreachable)
+    r = invoke("finetune", RECIPES / "minilm_rte.yaml", "--device", "cpu", "--out", tmp_path)
+    assert_one_line_error(r, "not reachable", "Couldn't reach")
+    logged = capfd.readouterr().err
+    assert "Retrying" not in logged and "Failed to load" not in logged, logged
+
+
+def test_a_scaling_law_fit_that_diverges_is_a_result_not_a_crash(tmp_path):
+    """At lr 1e6 every student diverges: the laws have no finite fit, which fits.csv and claims.csv say, and the run
+    ends with exit 0, its CSVs and its figure."""
+    r = invoke("scaling-law", *SCALING_TINY, "--set", "lr=1e6", "--out", tmp_path)
+    assert r.exit_code == 0, r.output
+    folder = tmp_path / "scaling-law" / "default"
+    fits, claims = pd.read_csv(folder / "fits.csv"), pd.read_csv(folder / "claims.csv")
+    assert (fits.form == "no finite fit").any() and claims.measured.str.contains("no finite fit").any()
+    assert "reproduced" not in set(claims.verdict)  # a law without a finite fit is never reproduced
+    assert (folder / "scaling_law.png").stat().st_size > 10_000

@@ -17,7 +17,7 @@ from torch import nn
 
 from . import lora, ntk, peft_any, ptuning_v2
 from .common import (LR_OVERRIDE, Adapter, Options, attention_modules, count_parameters, freeze_backbone, head_shape,
-                     register)
+                     register, task_head)
 
 INTERFACE_METHODS: dict[str, Adapter] = {ntk.NAME: ntk, ptuning_v2.NAME: ptuning_v2}
 OPTIONS: dict[str, type[Options]] = {**{name: m.OPTIONS for name, m in INTERFACE_METHODS.items()},
@@ -69,6 +69,30 @@ def inject(model: nn.Module, method: str, calibration: dict | None = None, **opt
     return Injected(model, method, opts.model_dump(), *count_parameters(model))
 
 
+def requirements(build, method: str, *, image: bool, tokens: int, batch: int, **options) -> int:
+    """What `inject` and training would fail on, found on a model that `build()` makes on the meta device (no
+    weights): lora's and peft's target modules, a text-only peft method on an image model. Returns roughly the bytes
+    the method needs beyond the frozen model: its trainable tensors with their gradients and AdamW's moments
+    (float32), and what its attention keeps for the backward. A bad option is a ValueError."""
+    opts = OPTIONS[method](**options)
+    model = build()
+    head = sum(p.numel() for n, p in model.named_parameters() if n in set(task_head(model)))
+    if method in INTERFACE_METHODS:
+        layers = len(attention_modules(model))
+        return 16 * head + INTERFACE_METHODS[method].footprint(opts, head_shape(model.config), layers, tokens, batch)
+    from accelerate import init_empty_weights
+
+    with init_empty_weights():  # peft's new tensors on the meta device too, whatever their size
+        if method == lora.NAME:
+            lora.check(model, opts)
+        elif method == peft_any.NAME:
+            peft_any.check(model, opts, image)
+        elif method == "head":
+            return 16 * head
+        trainable = model if method == "fft" else inject(build(), method, **options).model
+    return 16 * sum(p.numel() for p in trainable.parameters() if p.requires_grad)
+
+
 def adapter_state(model: nn.Module) -> dict[str, torch.Tensor]:
     """The tensors a saved adapter holds: every trainable parameter and the methods' buffers."""
     buffers = {name for m in INTERFACE_METHODS.values() for name in m.STATE}
@@ -106,4 +130,5 @@ def load_adapter(model: nn.Module, directory: str | Path) -> Injected:
     return injected
 
 
-__all__ = ["LR_OVERRIDE", "METHODS", "OPTIONS", "Injected", "inject", "save_adapter", "load_adapter", "adapter_state"]
+__all__ = ["LR_OVERRIDE", "METHODS", "OPTIONS", "Injected", "inject", "requirements", "save_adapter", "load_adapter",
+           "adapter_state"]

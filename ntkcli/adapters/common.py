@@ -51,6 +51,15 @@ def attention_modules(model: nn.Module) -> list[nn.Module]:
     return [m for m in model.modules() if _child(m, KEY_PROJ) is not None and _child(m, VALUE_PROJ) is not None]
 
 
+def missing_modules(model: nn.Module, targets) -> list[str]:
+    """The target names (peft's matching: a module's full name or its last parts) that no module of the model has;
+    a regular expression (one string) is peft's to match."""
+    if targets is None or isinstance(targets, str):
+        return []
+    names = [name for name, _ in model.named_modules()]
+    return [t for t in targets if not any(n == t or n.endswith(f".{t}") for n in names)]
+
+
 def module_device(module: nn.Module) -> torch.device:
     return next(module.parameters(), torch.empty(0)).device
 
@@ -132,6 +141,10 @@ class Adapter(Protocol):
 
     def calibrate(self, model: nn.Module, opts: Options, batch: dict | None) -> None:
         """Whatever the options read from a batch of training inputs, once every module has its tensors."""
+
+    def footprint(self, opts: Options, shape: HeadShape, layers: int, tokens: int, batch: int) -> int:
+        """Roughly the bytes a training run needs beyond the frozen model (its tensors, their optimizer state and
+        what its attention keeps for the backward), computed without building anything."""
 
     def forward(self, module: nn.Module, q: Tensor, k: Tensor, v: Tensor, *, mask: Tensor | None, scale: float,
                 is_causal: bool) -> Tensor:

@@ -5,7 +5,7 @@ from __future__ import annotations
 from pydantic import Field
 from torch import nn
 
-from .common import Options, head_modules
+from .common import Options, head_modules, missing_modules
 
 NAME = "lora"
 # (projection names) per architecture family, tried in order: BERT/ViT, Llama/Qwen/GLM (ChatGLM3 too)/…, GPT-2
@@ -25,6 +25,13 @@ def default_targets(model: nn.Module) -> list[str]:
         if all(n in names for n in family):
             return list(family)
     raise ValueError("cannot tell this model's attention projections; set target_modules for lora")
+
+
+def check(model: nn.Module, opts: LoraOptions) -> None:
+    """Every target module exists in the model (peft would report only the first, once the run had started)."""
+    missing = missing_modules(model, opts.target_modules or default_targets(model))
+    if missing:
+        raise ValueError(f"target_modules: {type(model).__name__} has no module {missing[0]!r}")
 
 
 def inject(model: nn.Module, opts: LoraOptions) -> nn.Module:

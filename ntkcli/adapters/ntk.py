@@ -65,6 +65,23 @@ class NTKOptions(Options):
 OPTIONS = NTKOptions
 
 
+def feature_dim(opts: NTKOptions, head_dim: int) -> int:
+    """dφ of the options' feature map (without building it: favor's random matrix can be large)."""
+    return {"taylor2": 1 + head_dim + head_dim * (head_dim + 1) // 2, "favor": opts.num_features}.get(
+        opts.feature_map, head_dim)
+
+
+def footprint(opts: NTKOptions, shape: HeadShape, layers: int, tokens: int, batch: int) -> int:
+    """Bytes beyond the frozen model, roughly: Z and k with their gradients and AdamW's two moments (float32), φ(Q)
+    kept for the backward at every layer, favor's random matrix per module (float64), and the init's prefix."""
+    dphi = feature_dim(opts, shape.head_dim)
+    trained = layers * shape.kv_heads * dphi * (shape.head_dim + 1)
+    features = 3 * 4 * layers * batch * shape.heads * tokens * dphi
+    omega = 8 * layers * opts.num_features * shape.head_dim if opts.feature_map == "favor" else 0
+    prefix = 4 * 3 * opts.prefix_length * max(shape.hidden, shape.kv_heads * dphi) if opts.init in ("prefix", "text") else 0
+    return 16 * trained + features + omega + prefix
+
+
 def key_map(kind: str, kappa: Tensor) -> Tensor:
     """k(κ): signed κ, |κ| or κ²."""
     return kappa if kind == "signed" else kappa.abs() if kind == "abs" else kappa * kappa

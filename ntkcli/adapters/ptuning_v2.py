@@ -38,6 +38,13 @@ def add_parameters(module: nn.Module, shape: HeadShape, opts: PTuningOptions, ge
     module.prefix_value = nn.Parameter(values.float().to(device))
 
 
+def footprint(opts: PTuningOptions, shape: HeadShape, layers: int, tokens: int, batch: int) -> int:
+    """Bytes beyond the frozen model, roughly: the prefix keys and values with their gradients and AdamW's moments
+    (float32), and every layer's scores over [prefix; input] kept for the backward."""
+    trained = 2 * layers * shape.kv_heads * opts.prefix_length * shape.head_dim
+    return 16 * trained + 2 * 4 * layers * batch * shape.heads * tokens * (tokens + opts.prefix_length)
+
+
 def calibrate(model: nn.Module, opts: PTuningOptions, batch: dict | None) -> None:
     """Nothing to calibrate: the prefix is drawn when it is added."""
 

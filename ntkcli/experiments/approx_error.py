@@ -93,15 +93,17 @@ class ApproxErrorRecipe(Recipe):
 
     def peak_bytes(self) -> int:
         """The prefix (a float64 draw, its keys and values), q/k/v and the attention statistics of every query,
-        one chunk of prefix scores for every query, and the test (train) queries' features of the compressing
-        (fitted) methods."""
+        one chunk of prefix scores for every query, the test (train) queries' features of the compressing (fitted)
+        methods, and one input's full score matrix (Eq. (6)'s normaliser; over [P; X] in the released protocol)."""
         rows, width = (self.n_train + self.n_test) * self.seq_len, 8 if self.dtype == "float64" else 4
         dphi = max([{"compress-taylor2": 1 + self.d + self.d * (self.d + 1) // 2,
                      "compress-favor": self.favor_features}.get(m, self.d) for m in self.methods])
         fits = any(m.startswith("fit-") for m in self.methods)
+        seen = self.seq_len + (2 ** self.max_log2m if self.protocol == "released" else 0)  # keys one query sees
         return (16 * 2 ** self.max_log2m * self.d + width * (2 * 2 ** self.max_log2m * self.d + 8 * rows * self.d
                 + 2 * rows * self.chunk + 2 * self.n_test * self.seq_len * dphi
-                + (2 * self.n_train * self.seq_len * self.d if fits else 0)))
+                + (2 * self.n_train * self.seq_len * self.d if fits else 0)
+                + 2 * self.seq_len * seen))  # one input's scores for Eq. (6)'s ‖s·QKᵀ‖_∞, and their max
 
 
 RECIPE = ApproxErrorRecipe

@@ -27,7 +27,8 @@ from pydantic import Field, model_validator
 from torch.func import vmap
 
 from .. import fitting
-from ..claims import Claim, Section, verdict
+from ..claims import INCONCLUSIVE, Claim, Section, verdict
+from ..errors import first_line
 from ..figures import scaling_law as figures
 from ..recipes import Count, Depth, Recipe, TransformerSpec, Width
 from ..runs import Results, Run, is_main_process, nested_randn, process_rank, seed_for
@@ -346,18 +347,36 @@ def _power_law(law: str, x: pd.Series, y: pd.Series, group: str, variable: str, 
             _law(law, f"α = {fit.interval('alpha')}", ok(fit)), fit)
 
 
+def _no_fit(law: str, err: Exception, group: str = "") -> tuple[list, dict, None]:
+    """A law that no fit describes (training that diverged leaves infinite or NaN risks): a row saying so in
+    fits.csv and an inconclusive verdict, so that the run still ends with its CSVs and figure."""
+    claim, where = THEORY[law]
+    return ([{"law": law, "group": group, "form": "no finite fit", "parameter": "", "estimate": np.nan,
+              "lower": np.nan, "upper": np.nan}],
+            {"law": law, "theorem": where, "theory": claim, "measured": f"no finite fit ({first_line(err)})",
+             "verdict": INCONCLUSIVE}, None)
+
+
 def _compute_laws(cfg: ScalingLawRecipe, df: pd.DataFrame, boot: dict) -> tuple[list, list, dict, list]:
     """The two-stage fit of each N's compute frontier (Thm 7.1) and the slope of log C* against log N."""
-    rows, verdicts, curves, frontiers, stars = [], [], {}, [], {}
+    rows, verdicts, curves, frontiers, stars, failed = [], [], {}, [], {}, None
     for n in cfg.n_values:
         front = frontier(df[(df.n == n) & (df.depth == cfg.base_depth)]).assign(n=n)
         frontiers.append(front)
         if len(front) >= 6:
-            stars[n] = fitting.bootstrap(fitting.fit_two_stage, front.compute, front.excess_risk, **boot)
+            try:
+                stars[n] = fitting.bootstrap(fitting.fit_two_stage, front.compute, front.excess_risk, **boot)
+            except ValueError as err:
+                rows += _no_fit("compute", err, f"N={n}")[0]
+                failed = err
+                continue
             rows += stars[n].rows(law="compute", group=f"N={n}", form=stars[n].form("C"))
             curves[f"compute N={n}"] = stars[n]
-    verdicts.append(_law("compute", "; ".join(f"N={n}: β = {f.interval('beta')}" for n, f in stars.items()),
-                         bool(stars) and all(f.upper["beta"] >= 1 / 6 for f in stars.values())))
+    if not stars and failed is not None:
+        verdicts.append(_no_fit("compute", failed)[1])
+    else:
+        verdicts.append(_law("compute", "; ".join(f"N={n}: β = {f.interval('beta')}" for n, f in stars.items()),
+                             bool(stars) and all(f.upper["beta"] >= 1 / 6 for f in stars.values())))
     if len(stars) >= 3:
         ns = np.array(sorted(stars))
         slope = np.polyfit(np.log(ns), np.log([stars[n].params["xstar"] for n in ns]), 1)[0]
@@ -375,19 +394,21 @@ def fit_laws(cfg: ScalingLawRecipe, df: pd.DataFrame) -> dict[str, object]:
     """Every law's fit with bootstrap intervals, the frontier points, and a verdict per law."""
     fits, verdicts, curves, frontiers = [], [], {}, []
     boot, final = dict(n=cfg.bootstrap, seed=cfg.seed), df[df.step == cfg.steps]
-    laws = []
-    if "time" in cfg.sweeps:
-        laws.append(("time", _time_law(cfg, df, boot)))
-    if "data" in cfg.sweeps:
-        d = final[(final.width == cfg.base_width) & (final.depth == cfg.base_depth)]
-        laws.append(("data", _power_law("data", d.n, d.excess_risk, f"m={cfg.base_width}", "N",
-                                        lambda f: f.upper["alpha"] >= 1.0, boot)))
-    if "model" in cfg.sweeps:
-        d = final[final.n == cfg.base_n]
-        laws.append(("model", _power_law("model", d.model_size, d.excess_risk, f"N={cfg.base_n}", "M",
-                                         lambda f: f.lower["alpha"] > 0.0, boot)))
-    for law, (rows, row, curve) in laws:
-        fits, curves[law] = fits + rows, curve
+    data, model = (final[(final.width == cfg.base_width) & (final.depth == cfg.base_depth)],
+                   final[final.n == cfg.base_n])
+    fitters = {"time": lambda: _time_law(cfg, df, boot),
+               "data": lambda: _power_law("data", data.n, data.excess_risk, f"m={cfg.base_width}", "N",
+                                          lambda f: f.upper["alpha"] >= 1.0, boot),
+               "model": lambda: _power_law("model", model.model_size, model.excess_risk, f"N={cfg.base_n}", "M",
+                                           lambda f: f.lower["alpha"] > 0.0, boot)}
+    for law in [law for law in fitters if law in cfg.sweeps]:
+        try:
+            rows, row, curve = fitters[law]()
+        except ValueError as err:  # no finite fit (numpy's LinAlgError is one too)
+            rows, row, curve = _no_fit(law, err)
+        fits = fits + rows
+        if curve is not None:
+            curves[law] = curve
         verdicts.append(row)
     if "compute" in cfg.sweeps:
         rows, rows_v, more, frontiers = _compute_laws(cfg, df, boot)

@@ -15,7 +15,7 @@ import torch
 
 from ..adapters.common import set_task_head
 from ..errors import UserError, first_line
-from . import chatglm3
+from . import chatglm3, weights
 
 if TYPE_CHECKING:
     from ..experiments.finetune.recipe import ModelSpec
@@ -71,18 +71,27 @@ def load_model(spec: ModelSpec, image: bool, num_labels: int, source: str | None
 
 
 def model_config(spec: ModelSpec, source: str | None = None):
-    """The model's configuration alone (no weights): spec.config, or config.json at the source."""
+    """The model's configuration alone (no weights): spec.config, or config.json at the source, whose weight files
+    are checked whole and (ChatGLM3) of the config's sizes without loading them."""
     from transformers import AutoConfig
 
     source = source_of(spec, source)
     try:
         if source is None:
             return AutoConfig.for_model(**spec.config)
-        if not spec.trust_remote_code and chatglm3.is_chatglm3(source):
-            return chatglm3.load_config(source)
-        return AutoConfig.from_pretrained(source, trust_remote_code=spec.trust_remote_code)
+        glm = not spec.trust_remote_code and chatglm3.is_chatglm3(source)
+        config = chatglm3.load_config(source) if glm else \
+            AutoConfig.from_pretrained(source, trust_remote_code=spec.trust_remote_code)
     except Exception as err:  # noqa: BLE001
         raise _failure(f"model {source or 'config'!r}", err) from None
+    try:  # the weight files are whole, and (ChatGLM3) hold the config's tensors at its sizes: headers read only
+        if glm:
+            chatglm3.check_checkpoint(source)
+        elif Path(source).is_dir():
+            weights.check_folder(Path(source))
+    except (OSError, ValueError) as err:
+        raise UserError(f"model {source!r}: {first_line(err)}") from None
+    return config
 
 
 def load_tokenizer(spec: ModelSpec):

@@ -19,10 +19,10 @@ from typing import Iterator
 import torch
 from torch import nn
 
+from .weights import INDEXES, SINGLE_FILES, tensor_shapes
+
 SPECIAL_TOKENS = ("[MASK]", "[gMASK]", "[sMASK]", "sop", "eop", "<|system|>", "<|user|>", "<|assistant|>",
                   "<|observation|>")  # ids n, n+1, … after the sentencepiece vocabulary, as ChatGLM3 numbers them
-INDEXES = ("model.safetensors.index.json", "pytorch_model.bin.index.json")
-SINGLE_FILES = ("model.safetensors", "pytorch_model.bin")
 # ChatGLM3 name → GLM name; the fused query_key_value is split separately
 RENAMES = (
     (r"transformer\.embedding\.word_embeddings\.weight", "model.embed_tokens.weight"),
@@ -65,6 +65,10 @@ def glm_config(raw: dict, num_labels: int):
     for field, value in FIXED:
         if raw.get(field, value) != value:
             raise ValueError(f"ChatGLM config has {field} = {raw[field]}; the native GLM needs {value}")
+    sizes = ("num_layers", "hidden_size", "num_attention_heads", "ffn_hidden_size", "padded_vocab_size")
+    bad = next((f for f in sizes if not isinstance(raw.get(f), int) or raw[f] < 1), None)
+    if bad is not None:
+        raise ValueError(f"ChatGLM config has {bad} = {raw.get(bad)!r}; it must be a positive integer")
     heads = raw["num_attention_heads"]
     return GlmConfig(
         vocab_size=raw["padded_vocab_size"], hidden_size=raw["hidden_size"], intermediate_size=raw["ffn_hidden_size"],
@@ -105,11 +109,45 @@ def _shards(source: str) -> list[str]:
     for index in INDEXES:
         weight_map = _hub_json(source, index)
         if weight_map:
-            return [_hub_file(source, f) for f in sorted(set(weight_map["weight_map"].values()))]
+            names = sorted(set(weight_map["weight_map"].values()))
+            missing = [n for n, path in zip(names, (_hub_file(source, n) for n in names)) if path is None]
+            if missing:
+                raise OSError(f"the shard {missing[0]} that {index} names is not in {source}")
+            return [_hub_file(source, f) for f in names]
     found = [path for path in (_hub_file(source, f) for f in SINGLE_FILES) if path]
     if not found:
         raise OSError(f"no {' or '.join(SINGLE_FILES)} (or their index) in {source}")
     return found[:1]
+
+
+def expected_shapes(raw: dict) -> dict[str, tuple[int, ...]]:
+    """name → shape of every tensor a ChatGLM3 checkpoint must hold for its config.json (the LM head and the rotary
+    buffer may be there too; nothing reads them)."""
+    h, heads, d = raw["hidden_size"], raw["num_attention_heads"], raw.get("kv_channels") or raw["hidden_size"] // raw["num_attention_heads"]
+    groups = raw["multi_query_group_num"] if raw.get("multi_query_attention") else heads
+    ffn, qkv = raw["ffn_hidden_size"], (heads + 2 * groups) * d
+    out = {"transformer.embedding.word_embeddings.weight": (raw["padded_vocab_size"], h),
+           "transformer.encoder.final_layernorm.weight": (h,)}
+    for i in range(raw["num_layers"]):
+        p = f"transformer.encoder.layers.{i}."
+        out |= {p + "input_layernorm.weight": (h,), p + "post_attention_layernorm.weight": (h,),
+                p + "self_attention.query_key_value.weight": (qkv, h), p + "self_attention.dense.weight": (h, heads * d),
+                p + "mlp.dense_h_to_4h.weight": (2 * ffn, h), p + "mlp.dense_4h_to_h.weight": (h, ffn)}
+        if raw.get("add_qkv_bias", False):
+            out[p + "self_attention.query_key_value.bias"] = (qkv,)
+    return out
+
+
+def check_checkpoint(source: str) -> None:
+    """A ChatGLM3 checkpoint that can load: every weight file readable and whole (headers read, no weights loaded),
+    every tensor its config.json needs present at the size the config gives. A ValueError says what is wrong."""
+    raw = _hub_json(source, "config.json")
+    found = {name: shape for path in _shards(source) for name, shape in tensor_shapes(path).items()}
+    for name, shape in expected_shapes(raw).items():
+        if name not in found:
+            raise ValueError(f"the checkpoint lacks {name}")
+        if tuple(found[name]) != shape:
+            raise ValueError(f"the checkpoint's {name} is {list(found[name])}; its config.json says {list(shape)}")
 
 
 def _read(path: str) -> Iterator[tuple[str, torch.Tensor]]:
@@ -129,9 +167,11 @@ def load_chatglm3(source: str, num_labels: int, dtype: torch.dtype) -> tuple[nn.
     (the new task head, initialised in float32 or wider). The parameters are created empty and filled shard by shard."""
     from accelerate import init_empty_weights
 
+    from .glm import ChatGLM3ForSequenceClassification
+
     config = load_config(source, num_labels)
     with init_empty_weights(include_buffers=False):
-        model = _model_class()(config)
+        model = ChatGLM3ForSequenceClassification(config)
     loaded: set[str] = set()
     for path in _shards(source):
         state = {new: t.to(dtype) for name, tensor in _read(path) for new, t in convert(name, tensor, config)}
@@ -152,29 +192,6 @@ def load_chatglm3(source: str, num_labels: int, dtype: torch.dtype) -> tuple[nn.
     return model, missing
 
 
-def _model_class():
-    from transformers import GlmForSequenceClassification
-    from transformers.modeling_outputs import SequenceClassifierOutputWithPast
-
-    class ChatGLM3ForSequenceClassification(GlmForSequenceClassification):
-        """transformers' GLM with ChatGLM3's pooling: the head reads each row's last real position, taken from the
-        attention mask (GLM's own pooling takes the last id that is not the pad id 0, one token early for a text
-        that really ends in <unk>, id 0). Only the pooled positions go through the head."""
-
-        def forward(self, input_ids=None, attention_mask=None, labels=None, **kwargs):
-            hidden = self.model(input_ids, attention_mask=attention_mask, **kwargs).last_hidden_state
-            B, L = hidden.shape[:2]
-            positions = torch.arange(L, device=hidden.device)
-            last = positions.new_full((B,), L - 1) if attention_mask is None else \
-                (positions * (attention_mask != 0)).argmax(-1)
-            logits = self.score(hidden[torch.arange(B, device=hidden.device), last])
-            loss = None if labels is None else self.loss_function(logits=logits, labels=labels, pooled_logits=logits,
-                                                                   config=self.config)
-            return SequenceClassifierOutputWithPast(loss=loss, logits=logits)
-
-    return ChatGLM3ForSequenceClassification
-
-
 def _positions_after_padding(module: nn.Module, args: tuple, kwargs: dict) -> tuple[tuple, dict]:
     """Position ids as ChatGLM3's tokenizer gives them: 0, 1, … from the first real token of a left-padded
     sequence (GLM would count the padding). Rotary attention scores do not see the shift, but a prefix does:
@@ -187,88 +204,15 @@ def _positions_after_padding(module: nn.Module, args: tuple, kwargs: dict) -> tu
 
 def load_tokenizer(source: str):
     """ChatGLM3's sentencepiece tokenizer (see ChatGLM3Tokenizer), from a folder or hub repository."""
+    from .glm import ChatGLM3Tokenizer
+
     vocab = _hub_file(source, "tokenizer.model")
     if vocab is None:
         raise OSError(f"no tokenizer.model in {source}")
     config = _hub_json(source, "tokenizer_config.json") or {}
-    return _tokenizer_class()(vocab_file=vocab, padding_side=config.get("padding_side", "left"))
+    return ChatGLM3Tokenizer(vocab_file=vocab, padding_side=config.get("padding_side", "left"))
 
 
 def is_chatglm3_tokenizer(source: str) -> bool:
     config = _hub_json(source, "tokenizer_config.json")
     return bool(config) and config.get("tokenizer_class") == "ChatGLMTokenizer"
-
-
-def _tokenizer_class():
-    from transformers.tokenization_utils_sentencepiece import SentencePieceBackend
-
-    class ChatGLM3Tokenizer(SentencePieceBackend):
-        """ChatGLM3's tokenizer: text becomes sentencepiece ids and nothing else (a word like 'people' or 'sophist',
-        and a literal '[gMASK]', '<|user|>' or '</s>' in a text, stay text); the layout `[gMASK] sop A` or
-        `[gMASK] sop A B </s>` is built by id; <unk> pads, on the left. The nine special tokens take the ids after
-        the sentencepiece vocabulary, and vocab_size counts them, as ChatGLM3's own tokenizer does; decode is
-        ChatGLM3's (see _decode). Checked against ChatGLM3's own tokenizer code, run under transformers 4.40 outside
-        this project: the same ids, decodes and vocab_size, but for a piece spelled like a special token (see
-        _convert_token_to_id_with_added_voc)."""
-
-        vocab_files_names = {"vocab_file": "tokenizer.model"}
-        model_input_names = ["input_ids", "attention_mask"]
-
-        def __init__(self, vocab_file: str, **kwargs):
-            import sentencepiece as spm
-            from transformers import AddedToken
-
-            pieces = spm.SentencePieceProcessor(model_file=vocab_file).get_piece_size()
-            self.special_ids = {token: pieces + i for i, token in enumerate(SPECIAL_TOKENS)}  # even if a piece is
-            # spelled like one of them (transformers would give such a token the piece's id)
-            kwargs["added_tokens_decoder"] = {i: AddedToken(t, special=True, normalized=False)
-                                              for t, i in self.special_ids.items()}
-            kwargs.setdefault("padding_side", "left")
-            super().__init__(vocab_file=vocab_file, unk_token="<unk>", pad_token="<unk>", bos_token="<s>",
-                             eos_token="</s>", extra_special_tokens=list(SPECIAL_TOKENS), split_special_tokens=True,
-                             **kwargs)
-
-        @property
-        def vocab_size(self) -> int:
-            return self.sp_model.get_piece_size() + len(SPECIAL_TOKENS)
-
-        def __len__(self) -> int:  # every id below vocab_size is a piece or a special token
-            return self.vocab_size
-
-        def get_vocab(self) -> dict[str, int]:
-            vocab = {self.sp_model.id_to_piece(i): i for i in range(self.sp_model.get_piece_size())}
-            return {**vocab, **self._added_tokens_encoder}
-
-        def _convert_token_to_id_with_added_voc(self, token: str) -> int:
-            """A piece's own id, even for a piece spelled like a special token (ChatGLM3's own code would give that
-            one the special id); any other special token's name gives its id (see special_ids)."""
-            piece = self.sp_model.piece_to_id(token)
-            if self.sp_model.id_to_piece(piece) == token:
-                return piece
-            return self._added_tokens_encoder.get(token, self.sp_model.unk_id())
-
-        def build_inputs_with_special_tokens(self, token_ids_0, token_ids_1=None):
-            prefix = [self.special_ids["[gMASK]"], self.special_ids["sop"]]
-            return prefix + token_ids_0 + ([] if token_ids_1 is None else token_ids_1 + [self.sp_model.eos_id()])
-
-        def get_special_tokens_mask(self, token_ids_0, token_ids_1=None, already_has_special_tokens=False):
-            if already_has_special_tokens:
-                return [int(i in self.special_ids.values() or i == self.sp_model.eos_id()) for i in token_ids_0]
-            tail = [] if token_ids_1 is None else [0] * len(token_ids_1) + [1]
-            return [1, 1] + [0] * len(token_ids_0) + tail
-
-        def create_token_type_ids_from_sequences(self, token_ids_0, token_ids_1=None):
-            return [0] * len(self.build_inputs_with_special_tokens(token_ids_0, token_ids_1))
-
-        def _decode(self, token_ids, skip_special_tokens: bool = False, **kwargs) -> str:
-            """As ChatGLM3 decodes: each id as its piece (the nine special tokens as their names, <unk>, <s> and
-            </s> as nothing), the pieces joined by sentencepiece, so byte pieces become characters again. Like
-            ChatGLM3's, skip_special_tokens drops only <unk> and </s>, the ids it registers as special."""
-            names = {i: t for t, i in self.special_ids.items()}
-            empty = {self.sp_model.unk_id(), self.sp_model.bos_id(), self.sp_model.eos_id()}
-            skipped = {self.sp_model.unk_id(), self.sp_model.eos_id()} if skip_special_tokens else set()
-            ids = [token_ids] if isinstance(token_ids, int) else [int(i) for i in token_ids]
-            return self.sp_model.decode_pieces([names[i] if i in names else "" if i in empty else
-                                                self.sp_model.id_to_piece(i) for i in ids if i not in skipped])
-
-    return ChatGLM3Tokenizer

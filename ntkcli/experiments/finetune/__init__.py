@@ -23,9 +23,9 @@ from ...adapters import inject, ntk
 from ...errors import UserError
 from ...models import load_model, load_tokenizer, model_config
 from ...runs import Results, Run, is_main_process, process_rank, resolve_device, seed_for
-from . import data
+from . import checks, data
 from .claims import COMMAND, TITLE, report  # noqa: F401 — the experiment contract
-from .recipe import DataSpec, FinetuneRecipe, method_label, method_options
+from .recipe import DataSpec, FFTMethod, FinetuneRecipe, method_label, method_options
 from .train import ROW, Trained, TrainingFailed, train
 
 HELP = ("Tables 1–2 (§5): NTK-Attention vs P-Tuning v2 vs LoRA vs full fine-tuning, several seeds.\n\n"
@@ -126,22 +126,41 @@ class Inputs:
 
 
 def quiet() -> None:
-    """No logging, progress bars or FutureWarnings from transformers, datasets and peft: ours report instead."""
+    """No logging, progress bars or FutureWarnings from transformers, datasets, the hub client and peft: ours report
+    instead, and a failure is one line (the hub's retries and datasets' parse errors log lines of their own)."""
     import datasets
+    from huggingface_hub.utils import logging as hub_logging
     from transformers import logging as hf_logging
 
     hf_logging.set_verbosity_error()
     hf_logging.disable_progress_bar()
+    hub_logging.set_verbosity(hub_logging.CRITICAL)
+    datasets.logging.set_verbosity(datasets.logging.CRITICAL)
     datasets.disable_progress_bars()
     warnings.filterwarnings("ignore", category=FutureWarning, module="transformers|peft")
 
 
+def _check(cfg: FinetuneRecipe, config) -> None:
+    """Every method (and the pretraining, full fine-tuning of model.config) on the meta model: targets, memory."""
+    image = cfg.data.image_field is not None
+    tokens = checks.tokens_per_row(config, image, cfg.data.max_length, len(cfg.data.text_fields) == 2)
+    size = checks.dtype_bytes(cfg.model.dtype)
+    checks.check_methods(config, cfg.methods, cfg.train, image=image, num_labels=cfg.data.num_labels, tokens=tokens,
+                         device=cfg.device, dtype_bytes=size)
+    if cfg.pretrain is not None:
+        checks.check_methods(config, [FFTMethod(method="fft", label="pretrain")],
+                             cfg.train.model_copy(update={"batch_size": cfg.pretrain.batch_size}), image=image,
+                             num_labels=len(cfg.pretrain.classes), tokens=tokens, device=cfg.device, dtype_bytes=size)
+
+
 def prepare(cfg: FinetuneRecipe) -> Inputs:
-    """The device, the model's configuration (its location probed without loading weights), tokenizer and data."""
+    """The device, the model's configuration (its location probed without loading weights), every method checked on
+    the model built on the meta device, the tokenizer and the data."""
     quiet()
     device = resolve_device(cfg.device)
     image = cfg.data.image_field is not None
     config = model_config(cfg.model)
+    _check(cfg, config)
     tokenizer = None if image else load_tokenizer(cfg.model)
     return Inputs(device, *_datasets(cfg, config if image else None, tokenizer))
 
@@ -230,6 +249,12 @@ def run(cfg: FinetuneRecipe, folder: Run, inputs: Inputs) -> dict[str, pd.DataFr
     summary = summary.set_index("method").loc[[m for m in order if m in set(summary.method)]].reset_index()
     if is_main_process():
         folder.save_csv("summary.csv", summary)
+        probed = shares.table()
+        probed = probed[probed.method.isin(order)]
+        if len(probed):
+            from ...figures.finetune import shares as share_figure
+
+            folder.save_figure("shares.png", share_figure(probed))
         folder.finish(methods=order, seeds=cfg.seeds, train_examples=len(inputs.train),
                       pretrain_accuracy=None if pre is None else float(pre.accuracy.iloc[-1]))
     return {"summary": summary, "results": table}

@@ -15,12 +15,23 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from ...errors import UserError, first_line
+from ...errors import UserError, first_line, root_cause
 from .recipe import DataSpec
 
 SPLIT_FILES = {"train": ("train",), "validation": ("validation", "val", "dev"), "test": ("test",)}
 SUFFIXES = {".jsonl": "json", ".json": "json", ".tsv": "csv", ".csv": "csv", ".parquet": "parquet"}
 FIELD = re.compile(r"\{(\w+)\}")
+
+
+def split_files(path: Path, split: str) -> list[Path]:
+    """The data files of one split in a local folder (train.jsonl, val.tsv, …); a path of that name that is not a
+    regular file is an error, not a missing split."""
+    found = [path / f"{s}{suffix}" for s in SPLIT_FILES.get(split, (split,)) for suffix in SUFFIXES
+             if (path / f"{s}{suffix}").exists()]
+    odd = [f for f in found if not f.is_file()]
+    if odd:
+        raise UserError(f"{odd[0]} is not a data file (a folder or a device)")
+    return found
 
 
 def _local_split(path: Path, split: str):
@@ -29,7 +40,7 @@ def _local_split(path: Path, split: str):
         files = [path]
     else:
         stems = SPLIT_FILES.get(split, (split,))
-        files = [path / f"{s}{suffix}" for s in stems for suffix in SUFFIXES if (path / f"{s}{suffix}").is_file()]
+        files = split_files(path, split)
         folders = [path / s for s in stems if (path / s).is_dir()]
         if not files and folders:
             return "imagefolder", {"data_dir": str(folders[0])}
@@ -49,16 +60,34 @@ def read(spec: DataSpec, split: str):
         if not path.exists():
             raise UserError(f"data path not found: {path}")
         builder, kwargs = _local_split(path, split)
+        if builder != "imagefolder":
+            _decodes(Path(kwargs["data_files"]))
         try:
             return load_dataset(builder, split="train", **kwargs)
         except Exception as err:  # noqa: BLE001 — any parser failure is the user's file
-            raise UserError(f"cannot read {split} data from {path}: {first_line(err)}") from None
+            raise UserError(f"cannot read {split} data from {kwargs.get('data_files', path)}: "
+                            f"{first_line(root_cause(err))}") from None
     try:
         return load_dataset(spec.name, spec.config, split=split)
     except Exception as err:  # noqa: BLE001 — offline, unknown name, unknown split: all one clear line
         raise UserError(f"data set {spec.name!r} ({spec.config or 'default'}, split {split}) is not reachable: "
                         f"{first_line(err)} "
                         "(offline? use --set data.path=DIR with local files)") from None
+
+
+def _decodes(file: Path) -> None:
+    """A text data file must be UTF-8 throughout (parquet is binary); the first bad byte is named."""
+    if file.suffix == ".parquet":
+        return
+    number = 0
+    try:
+        with open(file, encoding="utf-8") as f:
+            for number, _ in enumerate(f, 1):
+                pass
+    except UnicodeDecodeError as err:
+        raise UserError(f"{file}: not UTF-8 text (line {number + 1}: {err.reason})") from None
+    except OSError as err:
+        raise UserError(f"cannot read {file}: {err.strerror or err}") from None
 
 
 def _digits(spec: DataSpec, classes: list[int] | None, seed: int, split: str):
@@ -86,6 +115,8 @@ def _text(row: dict, field: str) -> str:
 
 
 def _label(value, spec: DataSpec) -> int:
+    if value is None:
+        raise UserError(f"a row has no {spec.label_field} (null); every row of a split needs one")
     if isinstance(value, str):
         if spec.label_names is None:
             raise UserError(f"labels are strings (e.g. {value!r}); list them in data.label_names")

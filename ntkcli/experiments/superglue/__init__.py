@@ -16,9 +16,10 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from ...errors import UserError
 from ...models import load_tokenizer, model_config
 from ...runs import Results, Run, is_main_process, resolve_device
-from ..finetune import Inputs, optimizer_steps, quiet, train_method
+from ..finetune import Inputs, checks, optimizer_steps, quiet, train_method
 from ..finetune.data import tokenize
 from . import tasks
 from .claims import COMMAND, TITLE, assess, report, table2  # noqa: F401 — the experiment contract
@@ -103,15 +104,28 @@ def _task(cfg: SuperGlueRecipe, name: str, tokenizer) -> TaskSplits:
                       _split(train.select(fit), tokenizer, n), _split(train.select(val), tokenizer, n, True), carved)
 
 
+def _checked_task(cfg: SuperGlueRecipe, name: str, tokenizer) -> TaskSplits:
+    """_task, its data errors naming the task."""
+    try:
+        return _task(cfg, name, tokenizer)
+    except UserError as err:
+        raise UserError(f"task {name}: {err}") from None
+
+
 def prepare(cfg: SuperGlueRecipe) -> Prepared:
     """Device, tokenizer and every task's splits, read before the run folder exists."""
     from transformers import DataCollatorWithPadding
 
     quiet()
     device = resolve_device(cfg.device)
-    model_config(cfg.model)
+    config = model_config(cfg.model)
+    for task in cfg.data.tasks:  # every variant of every method on the meta model, at the task's length
+        checks.check_methods(config, [spec for m in cfg.methods for spec in m.candidates()], cfg.train, image=False,
+                             num_labels=len(tasks.TASKS[task].labels), tokens=2 * cfg.data.length(task),
+                             device=cfg.device, dtype_bytes=checks.dtype_bytes(cfg.model.dtype))
     tokenizer = load_tokenizer(cfg.model)
-    return Prepared(device, DataCollatorWithPadding(tokenizer), {t: _task(cfg, t, tokenizer) for t in cfg.data.tasks})
+    return Prepared(device, DataCollatorWithPadding(tokenizer),
+                    {t: _checked_task(cfg, t, tokenizer) for t in cfg.data.tasks})
 
 
 def grid(method: TunedMethod) -> list[tuple[str, float]]:
@@ -161,7 +175,9 @@ def plan(cfg: SuperGlueRecipe) -> list[tuple[str, str]]:
     most = len(cfg.data.tasks) * len(cfg.methods) * len(VIEWS) * len(cfg.seeds)
     return [("tasks", ", ".join(cfg.data.tasks)), ("methods", ", ".join(m.label for m in cfg.methods)),
             ("selection runs (grid points × tasks)", str(grid)), ("final runs (at most)", str(most)),
-            ("epochs per run", str(cfg.train.epochs)), ("model", cfg.model.name_or_path or "from config"),
+            ("epochs per run", ", ".join(f"{t} {cfg.epochs(t)}" for t in cfg.data.tasks)),
+            ("tokens per text field", ", ".join(f"{t} {cfg.data.length(t)}" for t in cfg.data.tasks)),
+            ("model", cfg.model.name_or_path or "from config"),
             ("data", cfg.data.path or cfg.data.name)]
 
 

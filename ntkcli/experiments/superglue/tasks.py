@@ -10,6 +10,7 @@ and CB's / RTE's label strings their index. COPA is already flat.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -88,14 +89,24 @@ def hub_layout(name: str, ds):
 
 def has_train(dspec: DataSpec) -> bool:
     """Whether the task has a train split (the shared BoolQ has validation only)."""
-    if dspec.path is None:
-        return True
-    return any(Path(dspec.path, f"train{s}").is_file() for s in data.SUFFIXES)
+    return dspec.path is None or bool(data.split_files(Path(dspec.path), "train"))
+
+
+def _labelled(name: str, ds, split: str) -> None:
+    """Every row (every MultiRC answer) has a label: the official files' test splits, or a file cut by hand, do not."""
+    rows = ([a for p in ds["passage"] for q in p["questions"] for a in q["answers"]] if name == "multirc" and
+            "passage" in ds.column_names else ds.to_list() if "label" in ds.column_names else [{}])
+    missing = next((i for i, r in enumerate(rows) if r.get("label") is None), None)
+    if missing is not None:
+        raise UserError(f"{name} {split}: {'answer' if name == 'multirc' else 'row'} {missing + 1} has no label "
+                        "(test splits are unlabelled; use train and val)")
 
 
 def read(name: str, dspec: DataSpec, split: str):
     """One official split in the hub's layout, its labels checked against the task's."""
-    return data.cast(hub_layout(name, data.read(dspec, split)), dspec, split, keep=("group",))
+    raw = data.read(dspec, split)
+    _labelled(name, raw, split)
+    return data.cast(hub_layout(name, raw), dspec, split, keep=("group",))
 
 
 def carve(labels, groups, size: float | int, seed: int) -> tuple[np.ndarray, np.ndarray]:
@@ -106,6 +117,10 @@ def carve(labels, groups, size: float | int, seed: int) -> tuple[np.ndarray, np.
     labels, groups, rows = np.asarray(labels), np.asarray(groups), np.arange(len(labels))
     if isinstance(size, int):
         size = size / len(rows)
+    units = len(set(groups))
+    if math.ceil(size * units) < 1 or math.floor((1 - size) * units) < 1:  # scikit-learn's rounding of the shares
+        raise UserError(f"{len(rows)} rows ({units} groups) cannot be split into a kept and a held share of "
+                        f"{size:.3g}: both would need a row; use more rows or another share")
     if len(set(groups)) == len(groups):
         counts = np.bincount(labels)
         strat = labels if counts[counts > 0].min() >= 2 and size * len(rows) >= len(counts) else None
