@@ -269,9 +269,9 @@ FINETUNE_METHODS = {  # label → (method, options): ntk's variants beside the b
     "head": ("head", {})}
 
 
-def _minilm_step(label: str, device: str, batch: int, length: int):
-    """The pretrained MiniLM-L6 with one method, and one AdamW step of it on seeded random tokens; trainable
-    parameters."""
+def _minilm_step(label: str, device: str, batch: int, length: int, bf16: bool = False):
+    """The pretrained MiniLM-L6 with one method, and one AdamW step of it on seeded random tokens (under bf16
+    autocast, as the Trainer's bf16 runs it, with `bf16`); trainable parameters."""
     from transformers import AutoModelForSequenceClassification
     from transformers import logging as hf_logging
 
@@ -293,7 +293,9 @@ def _minilm_step(label: str, device: str, batch: int, length: int):
 
     def step(m=injected.model, o=opt):
         o.zero_grad(set_to_none=True)
-        m(**inputs, labels=labels).loss.backward()
+        with torch.autocast(torch.device(device).type, dtype=torch.bfloat16, enabled=bf16):
+            loss = m(**inputs, labels=labels).loss
+        loss.backward()
         o.step()
         if device.startswith("cuda"):
             torch.cuda.synchronize()
@@ -310,15 +312,18 @@ def _finetune_peak(label: str, device: str, batch: int, length: int, out: mp.Que
 
 def finetune_step(device: str = "cpu", batch: int = 32, length: int = 128, repeats: int = 5) -> pd.DataFrame:
     """One AdamW training step (forward, backward, update) on the pretrained MiniLM-L6 at batch × length, for each
-    method and ntk variant, timed in interleaved rounds; the peak memory of a step in a fresh process each, and
-    trainable parameters."""
+    method and ntk variant, in float32 and under bf16 autocast (what the CPU Table 2 suite trains with), timed in
+    interleaved rounds; the peak memory of a float32 step in a fresh process each, and trainable parameters."""
     peaks = [_in_fresh_process(_finetune_peak, label, device, batch, length) for label in FINETUNE_METHODS]
-    steps, counts = zip(*(_minilm_step(label, device, batch, length) for label in FINETUNE_METHODS))
-    seconds = [t.median for t in timings(*steps, repeats=repeats, warmup=1, min_sample=0.0)]
-    lora = seconds[list(FINETUNE_METHODS).index("lora r=8")]
-    return pd.DataFrame({"method": list(FINETUNE_METHODS), "step_ms": [1e3 * s for s in seconds],
-                         "ratio_over_lora": [s / lora for s in seconds], "peak_mib": peaks,
-                         "trainable_params": counts, "batch": batch, "length": length})
+    made = [_minilm_step(label, device, batch, length, bf16) for bf16 in (False, True) for label in FINETUNE_METHODS]
+    seconds = [t.median for t in timings(*(step for step, _ in made), repeats=repeats, warmup=1, min_sample=0.0)]
+    n = len(FINETUNE_METHODS)
+    fp32, bf16 = seconds[:n], seconds[n:]
+    lora = fp32[list(FINETUNE_METHODS).index("lora r=8")]
+    return pd.DataFrame({"method": list(FINETUNE_METHODS), "step_ms": [1e3 * s for s in fp32],
+                         "ratio_over_lora": [s / lora for s in fp32], "bf16_step_ms": [1e3 * s for s in bf16],
+                         "bf16_speedup": [a / b for a, b in zip(fp32, bf16)], "peak_mib": peaks,
+                         "trainable_params": [c for _, c in made[:n]], "batch": batch, "length": length})
 
 
 def compress_query(device: str = "cpu", lengths: tuple[int, ...] = (256, 1024, 4096, 16384), query: int = 16,

@@ -3,7 +3,7 @@ trained on the selection split (train minus the held-out share), at the full siz
 the held-out share after every epoch. The evaluation split is never read. Resumable: finished curves are kept.
 
 Run: .venv/bin/python scripts/superglue_curves.py recipes/superglue_minilm.yaml [--set key=value ...]
-      [--rows 0.5,1] [--kinds fft,lora,head] [--out outputs]
+      [--rows 0.5,1] [--kinds fft,lora,head] [--out outputs] [--plot-only]
 Writes <out>/superglue-curves/<recipe>/curves.csv (task, method, precision, rows, epoch, accuracy, seconds) and
 curves.png.
 """
@@ -46,6 +46,7 @@ def main() -> None:
     parser.add_argument("--rows", default="0.5,1", help="shares of the selection split to train on")
     parser.add_argument("--kinds", default="fft,lora,head", help="the methods of the recipe to trace, by kind")
     parser.add_argument("--out", default="outputs")
+    parser.add_argument("--plot-only", action="store_true", help="redraw curves.png from curves.csv, train nothing")
     args = parser.parse_args()
     tune_malloc()
     cfg = load_recipe(SuperGlueRecipe, args.recipe, parse_overrides(args.sets))
@@ -58,7 +59,7 @@ def main() -> None:
     if missing:
         raise SystemExit(f"the recipe has no {missing[0]} method")
     methods = [next(m for m in cfg.methods if m.kind == kind) for kind in kinds]  # the first of each kind
-    for task in cfg.data.tasks:
+    for task in [] if args.plot_only else cfg.data.tasks:
         fit = prep.tasks[task].fit
         for share in map(float, args.rows.split(",")):
             part = subset(fit, max(2, round(share * len(fit.labels))), cfg.seed)
@@ -69,7 +70,7 @@ def main() -> None:
                 print(f"{task}: {method.label} on {len(part.labels)} rows ({cfg.epochs(task)} epochs)", flush=True)
                 results.add(curve(cfg, prep, task, method, part).assign(**dict(zip(KEYS, point))))
     table = results.table()
-    folder.save_figure("curves.png", figure(table, prep))
+    folder.save_figure("curves.png", figure(table[table.task.isin(cfg.data.tasks)], prep))
     print(f"wrote {folder.dir}/curves.csv and curves.png")
 
 

@@ -88,10 +88,11 @@ def key_map(kind: str, kappa: Tensor) -> Tensor:
 
 
 def _kappa(kind: str, k: Tensor) -> Tensor:
-    """A κ with k(κ) = k (k ≥ 0 for square, whose κ starts at SQUARE_START where k is 0)."""
+    """A κ with k(κ) = k; a square map has no κ for k < 0 and no gradient at κ = 0, so there κ starts at
+    SQUARE_START."""
     if kind != "square":
         return k
-    return torch.where(k == 0, torch.full_like(k, SQUARE_START), k.clamp_min(0).sqrt())
+    return torch.where(k > 0, k.clamp_min(0).sqrt(), torch.full_like(k, SQUARE_START))
 
 
 def _initial(module: nn.Module, shape: HeadShape, opts: NTKOptions, fmap, dphi: int,
@@ -164,10 +165,11 @@ def forward(module: nn.Module, q: Tensor, k: Tensor, v: Tensor, *, mask: Tensor 
     f = F.dropout(f, module.ntk_phi_dropout, module.training) if module.ntk_phi_dropout else f
     kvec = repeat_kv(key_map(module.ntk_k_map, module.ntk_k), groups, 0)
     g = repeat_kv(module.ntk_log_scale, groups, 0)
-    if module.ntk_probe is not None:
+    if module.ntk_probe is not None:  # what calibrate and statistics read (k and v: one query head per group)
+        rows = _real_rows(mask, q.shape[0], q.shape[2], k.shape[2], q.device)
         module.ntk_probe.append({"lse": lse.detach(), "f": f.detach(), "c": c.detach(), "k": k[:, ::groups].detach(),
-                                 "v": v[:, ::groups].detach(), "rows": _real_rows(mask, q.shape[0], q.shape[2], k.shape[2], q.device),
-                                 "share": share(lse, f, c, kvec, g).detach(), "groups": groups, "scale": scale})
+                                 "v": v[:, ::groups].detach(), "rows": rows, "share": share(lse, f, c, kvec, g).detach(),
+                                 "groups": groups, "scale": scale})
     out = ntk_combine(mean, lse, f, c, repeat_kv(module.ntk_Z, groups, 0), kvec, g)
     # a padded query (no visible input key) is zero, as SDPA gives: its φ(Q)Z/φ(Q)k is unbounded once k is
     # trained (φ(Q)k can cross zero), and in half precision an overflowed row reaches the next layer's

@@ -28,8 +28,11 @@ EXTRA = (("cb", "f1_macro", "CB F1"), ("multirc", "f1a", "MultiRC F1a"), ("multi
 
 
 def _paper(method: str, task: str | None = None) -> float | None:
+    """The paper's ChatGLM3-6B number for a method (its average, or one task's; None where Table 2 has none)."""
     row = TABLE2.get(method)
-    return None if row is None else row[-1] if task is None else row[PAPER_TASKS.index(task)]
+    if row is None or (task is not None and task not in PAPER_TASKS):
+        return None
+    return row[-1] if task is None else row[PAPER_TASKS.index(task)]
 
 
 def table2(summary: pd.DataFrame, view: str, signal: set[str] | None = None) -> pd.DataFrame:
