@@ -47,6 +47,18 @@ def claims_table(sections: list[Section]) -> pd.DataFrame:
                           "verdict": c.verdict} for s in sections for c in s.claims])
 
 
+FINDINGS = ("<!-- findings: made by scripts/findings.py from the run folders in docs/runs; "
+            "tests/test_docs.py checks it -->", "<!-- end of findings -->")
+
+
+def findings(sections: list[Section]) -> str:
+    """One line per paper claim (command, claim, measured, verdict) as a Markdown table between the FINDINGS
+    markers: what the README shows, made from the report so that it cannot drift from the runs."""
+    table = claims_table(sections)
+    table["command"] = "`ntk " + table.command + "`"
+    return "\n".join([FINDINGS[0], _md_table(table[["command", "claim", "measured", "verdict"]]), FINDINGS[1]])
+
+
 def _md_table(df: pd.DataFrame) -> str:
     rows = [df.columns, *df.itertuples(index=False)]
     lines = ["| " + " | ".join(str(v).replace("|", "\\|") for v in row) + " |" for row in rows]
