@@ -44,7 +44,7 @@ def build(outputs: Path) -> list[Section]:
 
 def claims_table(sections: list[Section]) -> pd.DataFrame:
     return pd.DataFrame([{"command": s.command, "claim": c.claim, "paper": c.paper, "measured": c.measured,
-                          "verdict": c.verdict} for s in sections for c in s.claims])
+                          "verdict": c.verdict, "run": c.source} for s in sections for c in s.claims])
 
 
 FINDINGS = ("<!-- findings: made by scripts/findings.py from the run folders in docs/runs; "
@@ -52,11 +52,11 @@ FINDINGS = ("<!-- findings: made by scripts/findings.py from the run folders in 
 
 
 def findings(sections: list[Section]) -> str:
-    """One line per paper claim (command, claim, measured, verdict) as a Markdown table between the FINDINGS
+    """One line per paper claim (command, claim, measured, verdict, the run that measured it) as a Markdown table between the FINDINGS
     markers: what the README shows, made from the report so that it cannot drift from the runs."""
     table = claims_table(sections)
     table["command"] = "`ntk " + table.command + "`"
-    return "\n".join([FINDINGS[0], _md_table(table[["command", "claim", "measured", "verdict"]]), FINDINGS[1]])
+    return "\n".join([FINDINGS[0], _md_table(table[["command", "claim", "measured", "verdict", "run"]]), FINDINGS[1]])
 
 
 def _md_table(df: pd.DataFrame) -> str:
