@@ -5,7 +5,7 @@ NTK    := $(VENV)/bin/ntk
 STAMP  := $(VENV)/.installed
 PIP    := $(PY) -m pip install --quiet --disable-pip-version-check -c constraints.txt
 
-.PHONY: install test reproduce superglue compress reproduce-paper bench gpu-check clean
+.PHONY: install test reproduce superglue compress scaling-law-full reproduce-paper bench gpu-check clean
 
 install: $(STAMP)
 
@@ -42,6 +42,15 @@ superglue: install
 # Eq. (4) on a real model's contexts, the full sweep (under 30 minutes on 2 CPU cores; resumable), then the report.
 compress: install
 	$(COMPRESS) recipes/compress.yaml
+	$(NTK) report outputs
+
+# Paper 2's laws in the theorems' couplings beyond the CPU recipe (N to 32, ε = ξ/N, M ≥ N³), Eq. (3)'s
+# breakpoint where it is reachable (ξ = 1), and the uncoupled grid for contrast (measured: 5, 5 and 8 minutes on
+# 2 cores; resumable), then the report. docs/runs/scaling-law holds its run folders.
+scaling-law-full: install
+	$(NTK) scaling-law recipes/scaling_law_full.yaml
+	$(NTK) scaling-law recipes/scaling_law_breakpoint.yaml
+	$(NTK) scaling-law recipes/scaling_law_uncoupled.yaml
 	$(NTK) report outputs
 
 # The papers' scales, for a GPU machine with the model hub.

@@ -365,7 +365,7 @@ def compress_query(device: str = "cpu", lengths: tuple[int, ...] = (256, 1024, 4
     return pd.DataFrame(rows)
 
 
-def group_seconds(cfg, groups: list[list[tuple[int, int]]], teacher, pools, test) -> float:
+def group_seconds(cfg, groups: list[list[tuple[int, float, int]]], teacher, pools, test) -> float:
     """Wall seconds to train these groups of scaling-law students, one group after another."""
     from .experiments import scaling_law as sl
 
@@ -387,7 +387,7 @@ def scaling_law_points(sizes: tuple[int, ...] = (18, 48)) -> pd.DataFrame:
         cfg = sl.RECIPE(seeds=-(-size // 6))
         teacher = sl.Teacher(cfg, torch.float32)
         pools, test = sl.data_pools(cfg, teacher, list(range(cfg.seeds)), torch.float32)
-        group = [(n, s) for s in range(cfg.seeds) for n in cfg.n_values][:size]
+        group = [(n, sl.epsilon_for(cfg, n), s) for s in range(cfg.seeds) for n in cfg.n_values][:size]
         together, apart = [group], [[student] for student in group]
         vec1, loop1, loop2, vec2 = (group_seconds(cfg, g, teacher, pools, test) for g in (together, apart, apart, together))
         t_vec, t_loop = (vec1 + vec2) / 2, (loop1 + loop2) / 2

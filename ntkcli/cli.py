@@ -22,8 +22,9 @@ from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 from rich.table import Table
 
-from .errors import UserError
+from .errors import UserError, root_cause
 from .experiments import Experiment, registry
+from .memory import allocation_failure
 from .recipes import Recipe, load_recipe, parse_overrides
 from .runs import Run, is_main_process, resolve_device, tune_malloc
 
@@ -125,15 +126,26 @@ def _load(exp: Experiment, recipe: Optional[Path], sets: list[str], flags: dict[
 
 
 def _execute(exp: Experiment, cfg: Recipe, fresh: bool) -> tuple[Run, dict[str, pd.DataFrame]]:
-    """Check everything the run needs, then make its folder, run it and write its claims (claims.csv)."""
+    """Check everything the run needs, then make its folder, run it and write its claims (claims.csv). A run that
+    fails before it measured anything leaves no folder behind (one that held earlier results keeps them)."""
     device = resolve_device(cfg.device)
     if device.type not in exp.DEVICES:
         raise UserError(f"{exp.COMMAND} runs on the {' or '.join(exp.DEVICES)} only; use --device cpu")
-    prepared = exp.prepare(cfg)
-    main = is_main_process()
-    folder = Run.start(exp.COMMAND, cfg, resumable=exp.RESUMABLE, files=exp.FILES, fresh=fresh and main,
-                       progress=_progress_factory() if main else None)
-    result = exp.run(cfg, folder, prepared)
+    folder = None
+    try:
+        prepared = exp.prepare(cfg)
+        main = is_main_process()
+        folder = Run.start(exp.COMMAND, cfg, resumable=exp.RESUMABLE, files=exp.FILES, fresh=fresh and main,
+                           progress=_progress_factory() if main else None)
+        result = exp.run(cfg, folder, prepared)
+    except BaseException as err:
+        if folder is not None:
+            folder.discard_if_empty(exp.FILES)
+        why = allocation_failure(err) or allocation_failure(root_cause(err))
+        if why is None:
+            raise
+        stage = folder.stage if folder is not None else "reading the data and building the model"
+        raise UserError(f"out of memory while {stage}: {why}; lower the recipe's sizes") from None
     if main:
         folder.save_csv("claims.csv", exp.report([Run.open(folder.dir, exp.SCALE)]).frame())
     return folder, result
@@ -152,6 +164,8 @@ def run_experiment(exp: Experiment, recipe: Optional[Path], seed: Optional[int],
         return
     for title, table in exp.tables(cfg, result):
         print_table(table, title)
+    for line in result.get("warnings", []):  # what a run measured but must not be read as a result (divergence)
+        err_console.print(f"[bold yellow]warning:[/] {line}", highlight=False, soft_wrap=True)
     written = [p.name for p in sorted(folder.dir.iterdir()) if not p.name.startswith(".")]
     err_console.print(f"wrote {folder.dir}/: {', '.join(written)}")
 

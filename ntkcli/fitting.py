@@ -2,12 +2,9 @@
 
 - `fit_power_law`: y = E + A·x^(−α) (or E = 0), the Chinchilla / Epoch AI procedure: parameters
   (log E, log A, α), residuals log y − log ŷ, Huber loss with δ = 1e-3, L-BFGS from a grid of starts.
-- `fit_exponential`: y = E + A·exp(−r·x), the same way (Theorem 7.2's time law).
 - `fit_two_stage`: log y linear in x below a breakpoint x* (exponential decay in compute) and linear
   in log x above it (a power law), continuous at x* (Theorem 7.1's two stages).
 - `bootstrap`: resample the points with replacement, refit, report 2.5/97.5 percentiles.
-- `decay_test`: the one test of every "converges exponentially" claim: exponential-with-floor against a
-  power law by the same Huber fit (the exponential with bootstrap intervals), plus the late-phase rate.
 """
 
 from __future__ import annotations
@@ -116,26 +113,6 @@ def fit_power_law(x, y, *, offset: bool = True, start: Fit | None = None) -> Fit
     return Fit(params, f, law="power" if offset else "power0")
 
 
-def fit_exponential(x, y, *, start: Fit | None = None) -> Fit:
-    """y ≈ E + A·exp(−r·x), r ≥ 0 (parametrised as r = exp(ρ)·max x)."""
-    x, logy = np.asarray(x, float), np.log(np.asarray(y, float))
-    scale = x.max()
-
-    def log_model(t):
-        log_e, log_a, rho = t
-        decay = np.exp(min(rho, 50.0)) * x / scale
-        return _offset_sum(log_e, log_a - decay, np.column_stack([np.ones_like(x), -decay]))
-
-    lo, hi = logy.min(), logy.max()
-    if start is not None:
-        p = start.params
-        starts = [(np.log(p["E"]), np.log(p["A"]), np.log(p["r"] * scale))]
-    else:
-        starts = itertools.product(np.linspace(lo - 2, lo, 3), np.linspace(lo, hi + 2, 3), np.log([0.5, 2, 8, 32]))
-    t, f = _best(_objective(log_model, logy), starts)
-    return Fit({"r": np.exp(t[2]) / scale, "A": np.exp(t[1]), "E": np.exp(t[0])}, f, law="exponential")
-
-
 def _two_stage(theta: np.ndarray, u: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """log ŷ at u = x / x_max and its Jacobian: log y* − r·(u − u*) below u*, log y* − β·(log u − log u*)
     above (r = exp ρ)."""
@@ -201,26 +178,3 @@ def bootstrap(fit: Callable[..., Fit], x, y, *, n: int = 200, seed: int = 0, lev
     point.upper = {k: float(np.percentile([d[k] for d in draws], 100 - tail)) for k in point.params}
     point.draws = draws
     return point
-
-
-@dataclass
-class DecayTest:
-    """Exponential-with-floor against a power law on one decaying curve y(x)."""
-
-    exponential: Fit  # E + A·exp(−r·x), with bootstrap intervals
-    power: Fit  # E + A·x^(−α)
-    late_rate: float  # −d log y / dx over the last quarter of x: how fast it still falls at the end
-
-    @property
-    def exponential_wins(self) -> bool:
-        """The exponential describes the curve better (lower Huber loss in log space)."""
-        return self.exponential.loss < self.power.loss
-
-
-def decay_test(x, y, *, n: int = 200, seed: int = 0) -> DecayTest:
-    """Fit both laws to y(x) (x > 0) and measure the late-phase rate."""
-    x, y = np.asarray(x, float), np.asarray(y, float)
-    late = x >= np.quantile(x, 0.75)
-    rate = -np.polyfit(x[late], np.log(y[late]), 1)[0] if late.sum() >= 2 else float("nan")
-    return DecayTest(bootstrap(fit_exponential, x, y, n=n, seed=seed), fit_power_law(x, y), float(rate))
-

@@ -14,6 +14,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from .errors import UserError
+from .memory import beyond_memory
 
 STRICT = ConfigDict(extra="forbid", allow_inf_nan=False)  # unknown keys, NaN and ±inf are errors everywhere
 Seed = Annotated[int, Field(ge=0, le=2**63 - 1)]
@@ -52,20 +53,6 @@ class Recipe(BaseModel):
         if too_much:
             raise ValueError(f"this recipe {too_much}; lower its sizes")
         return self
-
-
-def beyond_memory(need: int, device: str) -> str | None:
-    """'needs about X GiB …, more than the Y GiB of this machine's RAM (GPU)' when `need` bytes exceed what the device
-    has (the GPU's for a CUDA run), else None."""
-    import psutil
-    import torch
-
-    gpu = device != "cpu" and torch.cuda.is_available()
-    have = torch.cuda.get_device_properties(0).total_memory if gpu else psutil.virtual_memory().total
-    if need <= have:
-        return None
-    return (f"needs about {need / 2**30:.3g} GiB of memory, more than the {have / 2**30:.3g} GiB of this machine's "
-            f"{'GPU' if gpu else 'RAM'}")
 
 
 class Section(BaseModel):

@@ -113,6 +113,8 @@ class Run:
                  progress: Callable[[str, int], contextlib.AbstractContextManager[Advance]] | None = None):
         self.dir, self.recipe, self.scale, self.progress_factory = Path(folder), recipe, scale, progress
         self.started = time.time()
+        self.stage = "starting the run"  # what the run is doing: the last task's description
+        self.made = not self.dir.exists()  # whether this run made its folder
 
     @classmethod
     def start(cls, command: str, recipe: Recipe, *, resumable: tuple[str, ...] = (), files: tuple[str, ...] = (),
@@ -227,11 +229,22 @@ class Run:
     @contextlib.contextmanager
     def task(self, description: str, total: int) -> Iterator[Advance]:
         """A progress bar (when the CLI gave one) for `total` units of work."""
+        self.stage = description
         if self.progress_factory is None:
             yield lambda n=1: None
         else:
             with self.progress_factory(description, total) as advance:
                 yield advance
+
+    def discard_if_empty(self, files: tuple[str, ...]) -> None:
+        """After a failed run: when none of `files` (its results) exists, remove what the run wrote (config.yaml,
+        and the folder itself if the run made it), so that a failure leaves no half-written output."""
+        if any(p for pattern in files for p in self.dir.glob(pattern)):
+            return
+        if self.made:
+            shutil.rmtree(self.dir, ignore_errors=True)
+        elif not self.path("run.json").exists():
+            self.path("config.yaml").unlink(missing_ok=True)
 
     def finish(self, **extra) -> dict:
         """Write run.json: versions, device, seed, git commit, wall time, and what the experiment adds."""

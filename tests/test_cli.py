@@ -81,8 +81,8 @@ def test_small_run_writes_outputs_resumes_and_is_reproducible(tmp_path):
     for name in ("config.yaml", "results.csv", "summary.csv", "approx_error.png", "run.json", "timings.csv"):
         assert (folder / name).exists(), name
     results = pd.read_csv(folder / "results.csv")
-    # 2 regimes × 2 repeats × (3 finite m × 6 methods + 3 methods at ∞)
-    assert len(results) == 2 * 2 * (3 * 6 + 3)
+    # 2 regimes × 2 repeats × (3 finite m × 7 methods + 4 methods at ∞), the no-prefix null among them
+    assert len(results) == 2 * 2 * (3 * 7 + 4)
     assert results[["eq6_error", "relative_error"]].notna().all().all()
 
     again = invoke("approx-error", "--out", tmp_path / "a", *TINY)
@@ -98,7 +98,7 @@ def test_small_run_writes_outputs_resumes_and_is_reproducible(tmp_path):
     bigger = invoke("approx-error", "--out", tmp_path / "a", *TINY[:-2], "--max-log2m", "4")
     assert bigger.exit_code == 0
     grown = pd.read_csv(folder / "results.csv")
-    assert len(grown) == 2 * 2 * (4 * 6 + 3)
+    assert len(grown) == 2 * 2 * (4 * 7 + 4)
     pd.testing.assert_frame_equal(grown[grown.m != 16].reset_index(drop=True), results)
 
     changed = invoke("approx-error", "--out", tmp_path / "a", *TINY, "--set", "prefix_std=2.0")

@@ -5,6 +5,9 @@ survives malformed run folders; the same recipe gives the same CSV."""
 from __future__ import annotations
 
 import hashlib
+import os
+import subprocess
+import sys
 import json
 from pathlib import Path
 
@@ -12,7 +15,7 @@ import pandas as pd
 import pytest
 import torch
 
-from conftest import RECIPES, assert_one_line_error, invoke, write_rte
+from conftest import RECIPES, assert_one_line_error, invoke, no_results, write_rte
 from test_cli import TINY
 from test_finetune import QUICK_DIGITS
 from test_scaling_law import TINY_SETS as SCALING_TINY
@@ -344,12 +347,69 @@ def test_an_unreachable_hub_is_one_line_whatever_its_clients_log(tmp_path, monke
 
 
 def test_a_scaling_law_fit_that_diverges_is_a_result_not_a_crash(tmp_path):
-    """At lr 1e6 every student diverges: the laws have no finite fit, which fits.csv and claims.csv say, and the run
-    ends with exit 0, its CSVs and its figure."""
+    """At lr 1e6 every student diverges: each law's verdict says so (never "inconclusive"), diverged.csv names every
+    student with its step, and the run ends with exit 0, its CSVs and its figure."""
     r = invoke("scaling-law", *SCALING_TINY, "--set", "lr=1e6", "--out", tmp_path)
     assert r.exit_code == 0, r.output
     folder = tmp_path / "scaling-law" / "default"
     fits, claims = pd.read_csv(folder / "fits.csv"), pd.read_csv(folder / "claims.csv")
-    assert (fits.form == "no finite fit").any() and claims.measured.str.contains("no finite fit").any()
-    assert "reproduced" not in set(claims.verdict)  # a law without a finite fit is never reproduced
+    assert (fits.form == "no finite fit").all() and (fits.parameter == "every student diverged").all()
+    assert (claims.verdict == "diverged (lr too large?)").all(), claims.verdict
+    assert claims.measured.str.startswith("all ").all() and claims.measured.str.contains("students diverged").all()
+    lost = pd.read_csv(folder / "diverged.csv")
+    assert len(lost) == len(pd.read_csv(folder / "results.csv")[["n", "width", "depth", "epsilon", "seed"]]
+                            .drop_duplicates()) and (lost.diverged_at >= 1).all()
+    assert "diverged" in r.stderr
     assert (folder / "scaling_law.png").stat().st_size > 10_000
+
+
+def test_a_convergence_run_that_diverges_stops_with_one_line(tmp_path):
+    """A step far past the stability limit 2 makes the prefix loss infinite: one line naming the point, the step and
+    the field, exit 2, and nothing recorded for it."""
+    r = invoke("convergence", *CONVERGENCE_TINY, "--set", "parts=[prefix]", "--set", "lr=1e30", "--out", tmp_path)
+    assert_one_line_error(r, "prefix (depth 1, m 8, seed 0) diverged at step", "lr = 1e+30 is too large")
+    assert no_results(tmp_path)
+
+
+LIMITED = """import resource, sys
+import psutil
+import ntkcli.recipes
+if sys.argv[1] == "no-estimate":  # an estimate that lets everything through: the allocator has the last word
+    ntkcli.recipes.beyond_memory = lambda need, device: None
+limit = psutil.Process().memory_info().vms + 2 * 2**30  # 2 GiB more than the process has mapped
+resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
+from ntkcli.cli import app
+sys.argv = ["ntk", *sys.argv[2:]]
+app()
+"""
+
+
+def _under_address_limit(tmp_path, mode: str, *args) -> subprocess.CompletedProcess:
+    script = tmp_path / "limited.py"
+    script.write_text(LIMITED)
+    return subprocess.run([sys.executable, str(script), mode, *map(str, args)], capture_output=True, text=True,
+                          timeout=600, env={**os.environ, "HF_HUB_OFFLINE": "1"})
+
+
+@pytest.mark.parametrize("widths, kept", [("[8,16,16384]", {8, 16}), ("[65000,65100,65200]", None)])
+def test_memory_under_ulimit_v_is_one_line_from_the_estimate_or_the_allocator(tmp_path, widths, kept):
+    """Under RLIMIT_AS the estimate compares against what the limit leaves (not the machine's RAM); with the estimate
+    switched off, the allocator's failure is one line naming the stage, the bytes and the limit. Groups measured
+    before it stay in results.csv; a run that measured nothing leaves no folder."""
+    sets = ["--set", f"widths={widths}", "--set", "n_values=[8,16,32]", "--set", "base_n=8", "--set",
+            f"base_width={widths[1:].split(',')[0]}", "--set", "steps=10", "--set", "seeds=1", "--out", tmp_path / "out"]
+    estimate = _under_address_limit(tmp_path, "estimate", "scaling-law", *sets)
+    assert estimate.returncode == 2, estimate.stderr
+    lines = [ln for ln in estimate.stderr.splitlines() if ln.strip()]
+    assert len(lines) == 1 and "left under the process's address-space limit (ulimit -v" in lines[0], lines
+    assert not (tmp_path / "out").exists()
+    allocator = _under_address_limit(tmp_path, "no-estimate", "scaling-law", *sets)
+    assert allocator.returncode == 2, allocator.stderr
+    last = [ln for ln in allocator.stderr.splitlines() if ln.strip()][-1]
+    assert last.startswith("error: out of memory while train") and "GiB asked for" in last and "ulimit -v" in last
+    assert "Traceback" not in allocator.stderr
+    folder = tmp_path / "out" / "scaling-law" / "default"
+    if kept is None:
+        assert not folder.exists()
+    else:
+        assert set(pd.read_csv(folder / "results.csv").width) == kept and not (folder / "run.json").exists()

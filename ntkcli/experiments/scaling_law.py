@@ -17,6 +17,7 @@ compute  per N, the frontier min risk vs C over widths and steps: exponential st
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 from enum import IntEnum
 from typing import Iterator, Literal
 
@@ -26,8 +27,9 @@ import torch
 from pydantic import Field, model_validator
 from torch.func import vmap
 
-from .. import fitting
-from ..claims import INCONCLUSIVE, Claim, Section, verdict
+from .. import fitting, rules
+from ..claims import DIVERGED, INCONCLUSIVE, NOT_RUN, OUTSIDE, Claim, Section, fmt
+from ..rules import Condition
 from ..errors import first_line
 from ..figures import scaling_law as figures
 from ..recipes import Count, Depth, Recipe, TransformerSpec, Width
@@ -35,9 +37,11 @@ from ..runs import Results, Run, is_main_process, nested_randn, process_rank, se
 from ..theory import transformer
 
 COMMAND, TITLE = "scaling-law", "Scaling laws of the transformer (paper 2, Theorems 7.1–7.2)"
-KEYS = ["n", "width", "depth", "seed"]
-RESUMABLE = ("sweeps", "seeds", "n_values", "widths", "depths", "bootstrap")
-FILES = ("results.csv", "results.rank*.csv", "frontier.csv", "fits.csv", "summary.csv", "scaling_law.png", "claims.csv")
+KEYS = ["n", "width", "depth", "epsilon", "seed"]
+RESUMABLE = ("sweeps", "seeds", "n_values", "widths", "depths", "bootstrap", "epsilon_rule", "model_zeta",
+             "width_rule")
+FILES = ("results.csv", "results.rank*.csv", "frontier.csv", "fits.csv", "summary.csv", "diverged.csv", "scaling_law.png",
+         "claims.csv")
 SCALE = ("n_values", "widths", "steps", "seeds")  # the fields that set a run's scale, shown beside its claims
 DEVICES = ("cpu",)  # small students, vectorised on the CPU
 HELP = ("Paper 2, Theorems 7.1–7.2: scaling laws of a transformer trained by SGD on teacher–student data.\n\n"
@@ -73,6 +77,15 @@ class ScalingLawRecipe(Recipe):
     base_n: int = Field(64, ge=1, description="N held fixed in the time and model laws")
     base_width: int = Field(64, ge=1, description="m held fixed in the time and data laws")
     base_depth: int = Field(1, ge=1, description="depth of the time, data and compute sweeps")
+    # the theorems' couplings (docs/theory-verdicts.md): off by default in nothing, stated per claim in run.json
+    epsilon_rule: Literal["fixed", "xi/N"] = Field("fixed", description="ε of the time, data and compute students: "
+                                                   "transformer.epsilon, or ξ/N (Thm 7.1, 7.2)")
+    model_zeta: float | None = Field(None, gt=0, lt=1 / 3, description="ζ of the model law: its students get "
+                                     "ε = ξ/M^ζ (Thm 7.2); null keeps transformer.epsilon")
+    width_rule: Literal["grid", "cube"] = Field("grid", description="width of the time and data students: "
+                                                "base_width, or per N the smallest of `widths` with M ≥ N³")
+    lr_rule: Literal["fixed", "epsilon"] = Field("fixed", description="SGD step: lr, or lr/ε² (the same step in "
+                                                 "function space whatever ε)")
     # training
     steps: int = Field(2000, ge=2, le=10_000_000, description="SGD steps T of every student")
     checkpoints: int = Field(24, ge=3, le=10_000, description="log-spaced steps at which the excess risk is measured")
@@ -100,7 +113,16 @@ class ScalingLawRecipe(Recipe):
                 raise ValueError(f"{name} = {value} must be one of {'n_values' if name == 'base_n' else 'widths'} {grid}")
         if self.base_depth not in self.depths:
             raise ValueError(f"base_depth = {self.base_depth} must be one of depths {self.depths}")
+        if self.noise == 0 and (self.epsilon_rule == "xi/N" or self.model_zeta is not None):
+            raise ValueError("epsilon_rule xi/N and model_zeta set ε from ξ: they need noise > 0")
+        if self.width_rule == "cube":
+            for n in self.n_values:
+                width_for(self, n)  # raises for an N that no width serves
         return self
+
+    def size(self, width: int, depth: int) -> int:
+        """M = N_layers(md + d²) of a student."""
+        return self.transformer.shape(width, depth).size
 
 
 RECIPE = ScalingLawRecipe
@@ -118,18 +140,51 @@ class Stream(IntEnum):
     TEST = 9
 
 
-def sweep_points(cfg: ScalingLawRecipe) -> list[tuple[int, int, int]]:
-    """The (N, m, depth) points the chosen sweeps need (each trained once, shared between sweeps)."""
-    points = set()
-    if "time" in cfg.sweeps:
-        points.add((cfg.base_n, cfg.base_width, cfg.base_depth))
-    if "data" in cfg.sweeps:
-        points |= {(n, cfg.base_width, cfg.base_depth) for n in cfg.n_values}
-    if "model" in cfg.sweeps:
-        points |= {(cfg.base_n, w, dep) for w in cfg.widths for dep in cfg.depths}
-    if "compute" in cfg.sweeps:
-        points |= {(n, w, cfg.base_depth) for n in cfg.n_values for w in cfg.widths}
-    return sorted(points)
+def width_for(cfg: ScalingLawRecipe, n: int) -> int:
+    """The width of the time and data students with N examples: base_width, or the smallest of `widths` whose
+    model size reaches N³ (Thm 7.2: M = Ω(N³))."""
+    if cfg.width_rule == "grid":
+        return cfg.base_width
+    for width in sorted(cfg.widths):
+        if cfg.size(width, cfg.base_depth) >= n ** 3:
+            return width
+    d = cfg.transformer.d
+    raise ValueError(f"width_rule cube: no width in widths {cfg.widths} gives M ≥ N³ = {n ** 3:,} for N = {n} "
+                     f"(needs m ≥ {-(-(n ** 3 // cfg.base_depth - d * d) // d)})")
+
+
+def _rounded(x: float) -> float:
+    """ε as a point key: six significant digits, so that it reads back from results.csv exactly."""
+    return float(f"{x:.6g}")
+
+
+def epsilon_for(cfg: ScalingLawRecipe, n: int) -> float:
+    """ε of a time, data or compute student with N examples: transformer.epsilon, or ξ/N (Thm 7.1, 7.2)."""
+    return _rounded(cfg.noise / n if cfg.epsilon_rule == "xi/N" else cfg.transformer.epsilon)
+
+
+def model_epsilon(cfg: ScalingLawRecipe, size: int) -> float:
+    """ε of a model-law student of size M: transformer.epsilon, or ξ/M^ζ (Thm 7.2's model law)."""
+    return _rounded(cfg.noise / size ** cfg.model_zeta if cfg.model_zeta is not None else cfg.transformer.epsilon)
+
+
+def law_points(cfg: ScalingLawRecipe) -> dict[str, set[tuple[int, int, int, float]]]:
+    """Per chosen sweep, the (N, m, depth, ε) points it needs."""
+    points = {"time": {(cfg.base_n, width_for(cfg, cfg.base_n), cfg.base_depth, epsilon_for(cfg, cfg.base_n))},
+              "data": {(n, width_for(cfg, n), cfg.base_depth, epsilon_for(cfg, n)) for n in cfg.n_values},
+              "model": {(cfg.base_n, w, dep, model_epsilon(cfg, cfg.size(w, dep))) for w in cfg.widths
+                        for dep in cfg.depths},
+              "compute": {(n, w, cfg.base_depth, epsilon_for(cfg, n)) for n in cfg.n_values for w in cfg.widths}}
+    return {sweep: p for sweep, p in points.items() if sweep in cfg.sweeps}
+
+
+def sweep_points(cfg: ScalingLawRecipe) -> list[tuple[int, int, int, float]]:
+    """Every point the chosen sweeps need, each trained once and shared between sweeps."""
+    return sorted(set().union(*law_points(cfg).values()))
+
+
+def learning_rate(cfg: ScalingLawRecipe, epsilon: float) -> float:
+    return cfg.lr / epsilon ** 2 if cfg.lr_rule == "epsilon" else cfg.lr
 
 
 def batch_size(cfg: ScalingLawRecipe, n: int) -> int:
@@ -168,45 +223,51 @@ def excess_risk(F: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
     return (F - target).pow(2).sum((-1, -2)).mean(-1)
 
 
-def train_group(cfg: ScalingLawRecipe, width: int, depth: int, students: list[tuple[int, int]], teacher: Teacher,
+def train_group(cfg: ScalingLawRecipe, width: int, depth: int, students: list[tuple[int, float, int]], teacher: Teacher,
                 pools: dict[int, tuple[torch.Tensor, torch.Tensor]], test: tuple[torch.Tensor, torch.Tensor],
                 advance=lambda k=1: None) -> pd.DataFrame:
-    """SGD for every (N, seed) student of one (m, depth) at once; risk and training loss at checkpoints.
+    """SGD for every (N, ε, seed) student of one (m, depth) at once; risk and training loss at checkpoints.
 
     The students' mini-batches are packed, not padded: row r of a step is one sequence of student who[r], run
-    through that student's own parameters (gathered per row and layer), so a step costs Σ_i b_i sequences, not
-    (students)·max_i b_i; the gradient of the rows' summed loss is each student's own gradient."""
-    shape, dtype = cfg.transformer.shape(width, depth), getattr(torch, cfg.dtype)
-    inits = [transformer.init(shape, seed_for(cfg.seed, seed, width, depth), dtype=dtype) for _, seed in students]
+    through that student's own parameters (gathered per row and layer) and scaled by its own ε, so a step costs
+    Σ_i b_i sequences, not (students)·max_i b_i; the gradient of the rows' summed loss is each student's own
+    gradient, and each student steps by its own learning rate."""
+    shape, dtype = replace(cfg.transformer.shape(width, depth), epsilon=1.0), getattr(torch, cfg.dtype)
+    inits = [transformer.init(shape, seed_for(cfg.seed, seed, width, depth), dtype=dtype) for _, _, seed in students]
     params = {k: torch.stack([p[k] for p, _ in inits]) for k in TRAINED_AXES}
     frozen = {"A": torch.stack([f["A"] for _, f in inits]), "E": teacher.E}
     n = torch.tensor([s[0] for s in students])
+    eps = torch.tensor([s[1] for s in students], dtype=dtype)
+    lr = torch.tensor([learning_rate(cfg, e) for _, e, _ in students], dtype=dtype).view(-1, 1, 1, 1)
     b = torch.tensor([batch_size(cfg, s[0]) for s in students])
-    X = torch.stack([pools[seed][0] for _, seed in students])  # [S, n_max, L, d]; student i uses its first n_i
-    Y = torch.stack([pools[seed][1] for _, seed in students])
-    everyone, batch_rows = Packing(n, frozen, dtype), Packing(b, frozen, dtype)
+    X = torch.stack([pools[seed][0] for _, _, seed in students])  # [S, n_max, L, d]; student i uses its first n_i
+    Y = torch.stack([pools[seed][1] for _, _, seed in students])
+    everyone, batch_rows = Packing(n, frozen, eps), Packing(b, frozen, eps)
 
-    def test_risk(p, f):
-        return excess_risk(transformer.forward(p, f, test[0], shape), test[1])
+    def test_risk(p, f, e):
+        return excess_risk(e * transformer.forward(p, f, test[0], shape), test[1])
 
-    risk = vmap(test_risk, in_dims=(TRAINED_AXES, FROZEN_AXES))
+    risk = vmap(test_risk, in_dims=(TRAINED_AXES, FROZEN_AXES, 0))
     # one batch stream per student, so that its trajectory is the same alone, in any group, on any rank
-    gens = [torch.Generator().manual_seed(seed_for(cfg.seed, Stream.BATCHES, n_i, width, depth, s)) for n_i, s in students]
-    marks, rows, batches = set(checkpoint_steps(cfg.steps, cfg.checkpoints)), [], _batches(gens, students, b, cfg.steps)
+    gens = [torch.Generator().manual_seed(seed_for(cfg.seed, Stream.BATCHES, n_i, width, depth, s))
+            for n_i, _, s in students]
+    marks, rows = set(checkpoint_steps(cfg.steps, cfg.checkpoints)), []
+    batches = _batches(gens, [(n_i, s) for n_i, _, s in students], b, cfg.steps)
+    size = cfg.size(width, depth)
     for t in range(cfg.steps + 1):
         if t in marks:
             with torch.no_grad():
-                r, tl = risk(params, frozen), everyone.losses(params, X, Y, everyone.first, shape)
-            rows += [{"n": n_i, "width": width, "depth": depth, "seed": s, "step": t,
+                r, tl = risk(params, frozen, eps), everyone.losses(params, X, Y, everyone.first, shape)
+            rows += [{"n": n_i, "width": width, "depth": depth, "epsilon": e, "seed": s, "step": t,
                       "excess_risk": float(r[i]), "train_loss": float(tl[i]), "batch": int(b[i]),
-                      "model_size": shape.size, "compute": shape.size * t * int(b[i])}
-                     for i, (n_i, s) in enumerate(students)]
+                      "model_size": size, "compute": size * t * int(b[i])}
+                     for i, (n_i, e, s) in enumerate(students)]
         if t == cfg.steps:
             break
         leaves = {k: v.detach().requires_grad_() for k, v in params.items()}
         loss = batch_rows.losses(leaves, X, Y, next(batches), shape).sum()
         g = torch.autograd.grad(loss, list(leaves.values()))
-        params = {k: v.detach() - cfg.lr * gk for (k, v), gk in zip(leaves.items(), g)}
+        params = {k: v.detach() - lr * gk for (k, v), gk in zip(leaves.items(), g)}
         advance(1)
     return pd.DataFrame(rows)
 
@@ -215,18 +276,20 @@ class Packing:
     """Rows of several students packed into one batch: student i owns count[i] consecutive rows (who[r] says
     whose row r is), each weighted 1/count[i], so that a student's loss is the mean over its own rows."""
 
-    def __init__(self, count: torch.Tensor, frozen: dict[str, torch.Tensor], dtype):
+    def __init__(self, count: torch.Tensor, frozen: dict[str, torch.Tensor], eps: torch.Tensor):
         self.students = len(count)
         self.who = torch.repeat_interleave(torch.arange(len(count)), count)
         self.first = torch.cat([torch.arange(int(c)) for c in count])  # each student's first count[i] examples
-        self.weight = (1.0 / count.to(dtype))[self.who]
+        self.weight = (1.0 / count.to(eps.dtype))[self.who]
+        self.eps = eps[self.who].view(-1, 1, 1)
         self.frozen = {"A": frozen["A"].index_select(0, self.who), "E": frozen["E"]}  # per row, once
 
     def losses(self, params, X, Y, examples, shape) -> torch.Tensor:
-        """Each student's ½·mean over its rows of ‖F(x) − y‖²_F, x = X[who, examples], through its own parameters."""
+        """Each student's ½·mean over its rows of ‖ε·Λ_N(x) − y‖²_F, x = X[who, examples], through its own
+        parameters (`shape` has ε = 1; each row carries its student's ε)."""
         flat = self.who * X.shape[1] + examples  # row r is X[who[r], examples[r]]
         x, y = X.flatten(0, 1).index_select(0, flat), Y.flatten(0, 1).index_select(0, flat)
-        out = transformer.forward(params, self.frozen, x, shape, rows=self.who)
+        out = self.eps * transformer.forward(params, self.frozen, x, shape, rows=self.who)
         per_row = 0.5 * self.weight * (out - y).pow(2).sum((-1, -2))
         return per_row.new_zeros(self.students).index_add_(0, self.who, per_row)
 
@@ -270,9 +333,9 @@ def measure(cfg: ScalingLawRecipe, folder: Run) -> Results:
     dtype = getattr(torch, cfg.dtype)
     rank, world = process_rank()
     results = Results(folder, KEYS, write=world == 1)
-    groups: dict[tuple[int, int], list[tuple[int, int]]] = {}
-    for n, width, depth, seed in results.todo((*p, s) for p in sweep_points(cfg) for s in range(cfg.seeds)):
-        groups.setdefault((width, depth), []).append((n, seed))
+    groups: dict[tuple[int, int], list[tuple[int, float, int]]] = {}
+    for n, width, depth, eps, seed in results.todo((*p, s) for p in sweep_points(cfg) for s in range(cfg.seeds)):
+        groups.setdefault((width, depth), []).append((n, eps, seed))
     mine = [g for i, g in enumerate(sorted(groups)) if i % world == rank]
     if mine:
         teacher = Teacher(cfg, dtype)
@@ -306,116 +369,280 @@ def _gather_shards(run: Run, world: int) -> None:
 
 
 THEORY = {
-    "time": ("exponential decay in T to a floor O(ξ²/N)", "Thm 7.2 time law"),
-    "data": ("risk ≤ O(ξ²/N): exponent α ≥ 1", "Thm 7.2 data law"),
-    "model": ("risk ≤ ξ²·M^(−ζ), ζ ∈ (0, 1/3): α > 0", "Thm 7.2 model law"),
-    "compute": ("stage II ≤ ξ^(5/3)·C^(−1/6): β ≥ 1/6", "Thm 7.1 compute frontier"),
-    "breakpoint": ("C* ∝ N⁶ (Eq. 3, up to a log): slope 6", "Thm 7.1 breakpoint"),
+    "time": ("R(T) − R∞ decays at a constant local rate (exp(−ε²ξ²T/N²)) to a floor O(ξ²/N)", "Thm 7.2 time law"),
+    "data": ("risk ≤ O(ξ²/N), fitted A·N^(−α) without an offset: α ≥ 1", "Thm 7.2 data law"),
+    "data_offset": ("the same law fitted with a free offset, E + A·N^(−α): α ≥ 1", "Thm 7.2 data law, offset fit"),
+    "model": ("risk ≤ ξ²·M^(−ζ), ζ ∈ (0, 1/3), per depth: α > 0 and never rising with M", "Thm 7.2 model law"),
+    "compute": ("stage II envelope (best student at each C) ≤ ξ^(5/3)·C^(−1/6): β ≥ 1/6", "Thm 7.1 compute frontier"),
+    "breakpoint": ("C* ∝ N⁶·log(N·Ld/ξ²)/ξ² (Eq. 3): slope 1 of log fitted C* on log Eq. (3)", "Thm 7.1 breakpoint"),
 }
+VERDICT_ROWS = {law: [law] for law in THEORY} | {"data": ["data", "data_offset"]}  # the summary rows of each fit
+MIN_STAGE2 = 4  # envelope points past Eq. (3)'s C* that the frontier's fit needs
+MIN_BREAKS = 3  # data sizes whose Eq. (3) C* lies inside their own compute range
 
 
-def frontier(df: pd.DataFrame) -> pd.DataFrame:
-    """Seed-mean risk per (width, step), then the points no cheaper point beats (the compute frontier)."""
-    mean = df[df.step > 0].groupby(["width", "step"], as_index=False).agg(
-        compute=("compute", "mean"), excess_risk=("excess_risk", "mean")).sort_values("compute")
+def eq3_compute(cfg: ScalingLawRecipe, n) -> np.ndarray:
+    """Eq. (3)'s breakpoint with unit constants: C* = N⁶·log(N·L·d/ξ²)/ξ²."""
+    n, xi2 = np.asarray(n, float), cfg.noise ** 2
+    return n ** 6 * np.log(n * cfg.transformer.seq_len * cfg.transformer.d / xi2) / xi2
+
+
+def _epsilon_condition(cfg: ScalingLawRecipe) -> Condition:
+    return Condition("ε = ξ/N", cfg.epsilon_rule == "xi/N", f"ε = {cfg.transformer.epsilon:g} for every N")
+
+
+def _cube_condition(cfg: ScalingLawRecipe, ns) -> Condition:
+    worst = min(ns, key=lambda n: cfg.size(width_for(cfg, n), cfg.base_depth) / n ** 3)
+    size = cfg.size(width_for(cfg, worst), cfg.base_depth)
+    return Condition("M ≥ N³", size >= worst ** 3, f"M = {size:,} < N³ = {worst ** 3:,} at N = {worst}")
+
+
+def regimes(cfg: ScalingLawRecipe) -> dict[str, list[Condition]]:
+    """The conditions each law's theorem assumes, as this recipe meets them (run.json records them). The
+    compute and breakpoint conditions on measured compute are added where those laws are fitted."""
+    n_max, steps, xi = max(cfg.n_values), cfg.steps, cfg.noise
+    sizes = [cfg.size(w, dep) for w in cfg.widths for dep in cfg.depths]
+    data = [_epsilon_condition(cfg), _cube_condition(cfg, cfg.n_values),
+            Condition("T ≥ N²/ξ (unit constant)", steps >= n_max ** 2 / max(xi, 1e-300),
+                      f"T = {steps:,} < {n_max ** 2 / max(xi, 1e-300):,.0f} at N = {n_max}")]
+    zeta = cfg.model_zeta
+    model = [Condition("ε = ξ/M^ζ, ζ ∈ (0, 1/3)", zeta is not None, f"ε = {cfg.transformer.epsilon:g} for every M")]
+    if zeta is not None:
+        model += [Condition("M < N^(3/(2ζ))", max(sizes) < cfg.base_n ** (3 / (2 * zeta)),
+                            f"M = {max(sizes):,} ≥ {cfg.base_n ** (3 / (2 * zeta)):,.0f} at N = {cfg.base_n}"),
+                  Condition("T ≥ M^ζ/ξ (unit constant)", steps >= max(sizes) ** zeta / xi,
+                            f"T = {steps:,} < {max(sizes) ** zeta / xi:,.0f}")]
+    return {"time": [_epsilon_condition(cfg), _cube_condition(cfg, [cfg.base_n])], "data": data,
+            "data_offset": data, "model": model, "compute": [_epsilon_condition(cfg)],
+            "breakpoint": [_epsilon_condition(cfg)]}
+
+
+REACH = 0.5  # the single laws' students must bring their risk below this share of its start
+
+
+def reach(df: pd.DataFrame, points) -> Condition:
+    """Thm 7.2 bounds the risk of the Good Model Class, whose target the class can reach at its ε: a measured
+    condition that every point of the law (seed means of the finite students) ends at most REACH of its initial
+    risk. A sweep whose students cannot move toward the teacher (ε too small for their widths) tests nothing."""
+    mine = rows_where(df, lambda *key: key[:4] in points)
+    start, end = (mine[mine.step == step].groupby(KEYS[:4]).excess_risk.mean() for step in (0, mine.step.max()))
+    ratio = (end / start).dropna()
+    if ratio.empty:
+        return Condition(f"the students reach the teacher (R(T) ≤ {REACH}·R(0))", False, "no finite student")
+    n, width, depth, eps = ratio.idxmax()
+    return Condition(f"the students reach the teacher (R(T) ≤ {REACH}·R(0) at every point)", ratio.max() <= REACH,
+                     f"R(T)/R(0) = {ratio.max():.2g} at N = {n}, m = {width}, depth {depth}, ε = {eps:g}")
+
+
+def frontier(df: pd.DataFrame, by: tuple[str, ...] = ("width",)) -> pd.DataFrame:
+    """Seed-mean risk per (`by`…, step), then the points no cheaper point beats (the compute frontier; with
+    by = (n, width) over every data size, the envelope)."""
+    mean = df[df.step > 0].groupby([*by, "step"], as_index=False).agg(
+        compute=("compute", "mean"), excess_risk=("excess_risk", "mean")).sort_values(["compute", "excess_risk"])
     best = mean.excess_risk.cummin()
     return mean[mean.excess_risk <= best].drop_duplicates("compute")
 
 
-def _law(law: str, measured: str, ok: bool) -> dict:
+def _law(law: str, measured: str, verdict_: str) -> dict:
     """A verdict row of summary.csv."""
     claim, where = THEORY[law]
-    return {"law": law, "theorem": where, "theory": claim, "measured": measured, "verdict": verdict(ok)}
+    return {"law": law, "theorem": where, "theory": claim, "measured": measured, "verdict": verdict_}
 
 
-def _time_law(cfg: ScalingLawRecipe, df: pd.DataFrame, boot: dict) -> tuple[list, dict, object]:
-    """Excess risk against T at the base point: fitting.decay_test, the test of every exponential claim."""
-    t = df[(df.n == cfg.base_n) & (df.width == cfg.base_width) & (df.depth == cfg.base_depth) & (df.step > 0)]
-    test = fitting.decay_test(t.step, t.excess_risk, **boot)
-    exp, power = test.exponential, test.power
-    group = f"N={cfg.base_n} m={cfg.base_width}"
-    rows = exp.rows(law="time", group=group, form=exp.form("T")) + power.rows(law="time", group=group,
-                                                                              form=power.form("T"))
-    measured = (f"r = {exp.interval('r')}/step, floor E = {exp.interval('E')}; Huber loss exp {exp.loss:.3g} "
-                f"vs power law {power.loss:.3g}")
-    return rows, _law("time", measured, test.exponential_wins), (exp, power)
+def _time_law(cfg: ScalingLawRecipe, df: pd.DataFrame, conditions) -> tuple[list, dict, object]:
+    """Risk against T at the base point: rules.constant_rate on the seeds' curves, R∞ from the curve's tail."""
+    n, width = cfg.base_n, width_for(cfg, cfg.base_n)
+    t = df[(df.n == n) & (df.width == width) & (df.depth == cfg.base_depth) & (df.epsilon == epsilon_for(cfg, n))]
+    curves = t.pivot_table(index="seed", columns="step", values="excess_risk")
+    test = rules.constant_rate(curves.columns.to_numpy(), curves.to_numpy(), n_boot=cfg.bootstrap, seed=cfg.seed)
+    group = f"N={n} m={width}"
+    rows = [{"law": "time", "group": group, "form": "constant local rate of R − R∞", "parameter": k, "estimate": v,
+             "lower": lo, "upper": hi}
+            for k, v, lo, hi in (("R_inf", test.floor, np.nan, np.nan), ("rate_1", test.rates[0], np.nan, np.nan),
+                                 ("rate_2", test.rates[1], np.nan, np.nan),
+                                 ("rate_ratio", test.ratio, test.lower, test.upper))]
+    mean = curves.mean()
+    low = (f"; the risk falls below R∞ to {fmt(mean.min())} at T = {mean.idxmin():,} and rises again: no decay to a floor"
+           if test.reached < -rules.FLAT else "")
+    measured = (f"N = {n}, m = {width}: R∞ = {fmt(test.floor)}; local rate {fmt(test.rates[0])} then "
+                f"{fmt(test.rates[1])}/step, ratio {fmt(test.ratio)} [{fmt(test.lower)}, {fmt(test.upper)}] "
+                f"(constant: {rules.RATE_DROP}–{1 / rules.RATE_DROP:g}); tail still falling {test.tail_drop:.0%}{low}")
+    return rows, _law("time", measured, test.verdict(conditions)), (test, t)
 
 
-def _power_law(law: str, x: pd.Series, y: pd.Series, group: str, variable: str, ok, boot: dict):
-    fit = fitting.bootstrap(fitting.fit_power_law, x, y, **boot)
-    return (fit.rows(law=law, group=group, form=fit.form(variable)),
-            _law(law, f"α = {fit.interval('alpha')}", ok(fit)), fit)
+def _data_law(cfg: ScalingLawRecipe, final: pd.DataFrame, boot: dict, conditions) -> tuple[list, list, dict]:
+    """Final risk against N at each N's own width and ε: without an offset (the rule), then with one."""
+    d = rows_where(final, lambda n, width, depth, eps, seed: (width, eps) == (width_for(cfg, n), epsilon_for(cfg, n)))
+    d = d[d.depth == cfg.base_depth]
+    rows, verdicts, fits = [], [], {}
+    for law, offset in (("data", False), ("data_offset", True)):
+        fit = fitting.bootstrap(fitting.fit_power_law, d.n, d.excess_risk, offset=offset, **boot)
+        rows += fit.rows(law=law, group="N³ widths" if cfg.width_rule == "cube" else f"m={cfg.base_width}",
+                         form=fit.form("N"))
+        verdict_ = rules.judge(conditions, lambda: rules.interval(fit.lower["alpha"], fit.upper["alpha"], at_least=1.0))
+        verdicts.append(_law(law, f"α = {fit.interval('alpha')}" + (f", E = {fit.interval('E')}" if offset else ""),
+                             verdict_))
+        fits[law] = fit
+    return rows, verdicts, (fits, d)
 
 
-def _no_fit(law: str, err: Exception, group: str = "") -> tuple[list, dict, None]:
-    """A law that no fit describes (training that diverged leaves infinite or NaN risks): a row saying so in
-    fits.csv and an inconclusive verdict, so that the run still ends with its CSVs and figure."""
-    claim, where = THEORY[law]
-    return ([{"law": law, "group": group, "form": "no finite fit", "parameter": "", "estimate": np.nan,
-              "lower": np.nan, "upper": np.nan}],
-            {"law": law, "theorem": where, "theory": claim, "measured": f"no finite fit ({first_line(err)})",
-             "verdict": INCONCLUSIVE}, None)
+def _model_law(cfg: ScalingLawRecipe, final: pd.DataFrame, boot: dict, conditions) -> tuple[list, dict, dict]:
+    """Final risk against M per depth, at base_n and each M's own ε: a falling power law that never rises."""
+    rows, verdicts, parts, fits, points = [], [], [], {}, []
+    for depth in cfg.depths:
+        wanted = {(w, model_epsilon(cfg, cfg.size(w, depth))) for w in cfg.widths}
+        d = final[(final.n == cfg.base_n) & (final.depth == depth)]
+        d = rows_where(d, lambda n, width, depth, eps, seed: (width, eps) in wanted)
+        if d.model_size.nunique() < 3:
+            parts.append(f"depth {depth}: " + ("every student diverged" if d.empty else
+                                               f"{d.model_size.nunique()} sizes with finite students (3 needed)"))
+            continue
+        fit = fitting.bootstrap(fitting.fit_power_law, d.model_size, d.excess_risk, offset=False, **boot)
+        stats = d.groupby("model_size").excess_risk.agg(["mean", "sem"]).fillna(0.0)
+        rise = rules.rises(stats["mean"], stats["sem"])
+        rows += fit.rows(law="model", group=f"N={cfg.base_n} depth={depth}", form=fit.form("M"))
+        verdicts.append(rules.model_law(fit.lower["alpha"], fit.upper["alpha"], stats["mean"], stats["sem"]))
+        parts.append(f"depth {depth}: α = {fit.interval('alpha')}" + (" (rises with M)" if rise else ""))
+        fits[depth] = fit
+        points.append(d)
+    if not fits:
+        raise ValueError("; ".join(parts))
+    verdict_ = rules.judge(conditions, lambda: rules.all_of(verdicts))
+    return rows, _law("model", "; ".join(parts), verdict_), (fits, pd.concat(points))
 
 
-def _compute_laws(cfg: ScalingLawRecipe, df: pd.DataFrame, boot: dict) -> tuple[list, list, dict, list]:
-    """The two-stage fit of each N's compute frontier (Thm 7.1) and the slope of log C* against log N."""
-    rows, verdicts, curves, frontiers, stars, failed = [], [], {}, [], {}, None
+def _envelope_law(cfg: ScalingLawRecipe, df: pd.DataFrame, boot: dict, conditions) -> tuple[list, dict, dict]:
+    """Thm 7.1's frontier: the envelope over every (N, m, T) (the lowest risk at each compute), its power law in C
+    past Eq. (3)'s C* (stage II), and the compute-optimal N* against C."""
+    env = frontier(df[df.depth == cfg.base_depth], by=("n", "width"))
+    stage2 = env[env.compute > eq3_compute(cfg, env.n)]
+    enough = len(stage2) >= MIN_STAGE2
+    conditions = [*conditions, Condition(f"≥ {MIN_STAGE2} envelope points past Eq. (3)'s C* (stage II)", enough,
+                                         f"{len(stage2)} of {len(env)} envelope points")]
+    upper = env[env.compute >= np.sqrt(env.compute.min() * env.compute.max())]
+    used, where = (stage2, "stage II") if enough else (upper, f"C ≥ {fmt(upper.compute.min())}")
+    fit = fitting.bootstrap(fitting.fit_power_law, used.compute, used.excess_risk, offset=False, **boot)
+    slopes = [np.polyfit(np.log(s.compute), np.log(s.n), 1)[0] for s in
+              (used.sample(len(used), replace=True, random_state=cfg.seed + j) for j in range(cfg.bootstrap))
+              if s.compute.nunique() > 1]
+    n_star = np.polyfit(np.log(used.compute), np.log(used.n), 1)[0]
+    rows = fit.rows(law="compute", group=f"envelope, {where}", form=fit.form("C")) + [
+        {"law": "compute", "group": f"envelope, {where}", "form": "log N* = c + slope·log C", "parameter": "n_star_slope",
+         "estimate": n_star, "lower": np.percentile(slopes, 2.5), "upper": np.percentile(slopes, 97.5)}]
+    measured = (f"envelope over {len(env)} points, {where} ({len(used)} points): β = {fit.interval('alpha')}; "
+                f"compute-optimal N* ∝ C^{n_star:.2f} [{np.percentile(slopes, 2.5):.2f}, "
+                f"{np.percentile(slopes, 97.5):.2f}] (theory 1/6)")
+    verdict_ = rules.judge(conditions, lambda: rules.interval(fit.lower["alpha"], fit.upper["alpha"], at_least=1 / 6))
+    return rows, _law("compute", measured, verdict_), {"envelope": env, "envelope_fit": fit, "envelope_points": used}
+
+
+def _breakpoint_law(cfg: ScalingLawRecipe, df: pd.DataFrame, boot: dict, conditions) -> tuple[list, dict, dict]:
+    """Per N, the two-stage fit of its own frontier (over widths and steps) gives C*; against Eq. (3)'s C*(N)."""
+    rows, curves, frontiers, stars, inside = [], {}, [], {}, []
     for n in cfg.n_values:
-        front = frontier(df[(df.n == n) & (df.depth == cfg.base_depth)]).assign(n=n)
+        own = df[(df.n == n) & (df.depth == cfg.base_depth) & (df.epsilon == epsilon_for(cfg, n)) & (df.step > 0)]
+        front = frontier(own).assign(n=n)
         frontiers.append(front)
+        if len(own) and own.compute.min() < eq3_compute(cfg, n) < own.compute.max():
+            inside.append(n)
         if len(front) >= 6:
             try:
                 stars[n] = fitting.bootstrap(fitting.fit_two_stage, front.compute, front.excess_risk, **boot)
-            except ValueError as err:
-                rows += _no_fit("compute", err, f"N={n}")[0]
-                failed = err
+            except ValueError:
                 continue
-            rows += stars[n].rows(law="compute", group=f"N={n}", form=stars[n].form("C"))
+            rows += stars[n].rows(law="breakpoint", group=f"N={n}", form=stars[n].form("C"))
             curves[f"compute N={n}"] = stars[n]
-    if not stars and failed is not None:
-        verdicts.append(_no_fit("compute", failed)[1])
-    else:
-        verdicts.append(_law("compute", "; ".join(f"N={n}: β = {f.interval('beta')}" for n, f in stars.items()),
-                             bool(stars) and all(f.upper["beta"] >= 1 / 6 for f in stars.values())))
-    if len(stars) >= 3:
-        ns = np.array(sorted(stars))
-        slope = np.polyfit(np.log(ns), np.log([stars[n].params["xstar"] for n in ns]), 1)[0]
-        count = min(len(stars[n].draws) for n in ns)  # paired bootstrap draws across N
-        slopes = [np.polyfit(np.log(ns), np.log([stars[n].draws[j]["xstar"] for n in ns]), 1)[0] for j in range(count)]
-        fit = fitting.Fit({"slope": slope}, float("nan"), {"slope": float(np.percentile(slopes, 2.5))},
-                          {"slope": float(np.percentile(slopes, 97.5))}, law="line")
-        rows += fit.rows(law="breakpoint", group="all N", form=fit.form("N"))
-        curves["breakpoint"] = (ns, np.array([stars[n].params["xstar"] for n in ns]), fit)
-        verdicts.append(_law("breakpoint", f"slope = {fit.interval('slope')}", fit.lower["slope"] <= 6 <= fit.upper["slope"]))
-    return rows, verdicts, curves, frontiers
+    conditions = [*conditions, Condition(f"Eq. (3)'s C* inside the compute range for ≥ {MIN_BREAKS} N",
+                                         len(inside) >= MIN_BREAKS, f"{len(inside)} N ({inside or 'none'})")]
+    ns = np.array([n for n in sorted(stars) if n in inside] if len(inside) >= MIN_BREAKS else sorted(stars))
+    curves["frontiers"] = frontiers
+    if len(ns) < 3:
+        return rows, _law("breakpoint", f"C* fitted for {len(ns)} N (3 needed)",
+                          rules.judge(conditions, lambda: NOT_RUN)), curves
+    theory = np.log(eq3_compute(cfg, ns))
+    count = min(len(stars[n].draws) for n in ns)  # paired bootstrap draws across N
+    slope = np.polyfit(theory, np.log([stars[n].params["xstar"] for n in ns]), 1)[0]
+    draws = [np.polyfit(theory, np.log([stars[n].draws[j]["xstar"] for n in ns]), 1)[0] for j in range(count)]
+    fit = fitting.Fit({"slope": slope}, float("nan"), {"slope": float(np.percentile(draws, 2.5))},
+                      {"slope": float(np.percentile(draws, 97.5))}, law="line")
+    rows += fit.rows(law="breakpoint", group="N " + ",".join(map(str, ns)), form="log C* = c + slope·log C*_Eq3")
+    curves["breakpoint"] = (ns, np.array([stars[n].params["xstar"] for n in ns]), eq3_compute(cfg, ns), fit)
+    against_n = np.polyfit(np.log(ns), np.log([stars[n].params["xstar"] for n in ns]), 1)[0]
+    measured = (f"slope on Eq. (3) = {fit.interval('slope')} over N = {list(map(int, ns))} (log C* ∝ N^{against_n:.2f}); "
+                f"Eq. (3) inside the compute range for N = {inside or 'none'}")
+    verdict_ = rules.judge(conditions, lambda: rules.covers(fit.lower["slope"], fit.upper["slope"], 1.0))
+    return rows, _law("breakpoint", measured, verdict_), curves
+
+
+def _no_fit(law: str, err: Exception | str) -> tuple[list, dict]:
+    """A law that no fit describes (every student diverged, or too few points stayed finite): a row saying so in
+    fits.csv and an inconclusive verdict, so that the run still ends with its CSVs and figure."""
+    why = err if isinstance(err, str) else first_line(err)
+    return ([{"law": law, "group": "", "form": "no finite fit", "parameter": why, "estimate": np.nan,
+              "lower": np.nan, "upper": np.nan}], _law(law, f"no finite fit ({why})", INCONCLUSIVE))
+
+
+def rows_where(df: pd.DataFrame, keep) -> pd.DataFrame:
+    """The rows whose KEYS (n, width, depth, ε, seed) satisfy keep(*key) (an empty frame keeps its columns)."""
+    mask = [bool(keep(*key)) for key in df[KEYS].itertuples(index=False, name=None)]
+    return df[pd.Series(mask, index=df.index, dtype=bool)]
+
+
+def diverged(df: pd.DataFrame) -> pd.DataFrame:
+    """One row per student whose risk or training loss became NaN or infinite, with the first such step."""
+    bad = df[~(np.isfinite(df.excess_risk) & np.isfinite(df.train_loss))]
+    return bad.groupby(KEYS, as_index=False).step.min().rename(columns={"step": "diverged_at"})
+
+
+def _divergence(row: dict, lost: pd.DataFrame, total: int) -> dict:
+    """A verdict row told how many of its `total` students diverged (and left out), or DIVERGED if all did."""
+    if len(lost) == total:
+        return {**row, "measured": f"all {total} students diverged (the first at step {int(lost.diverged_at.min())})",
+                "verdict": f"{DIVERGED} (lr too large?)"}
+    if len(lost):
+        return {**row, "measured": f"{row['measured']}; {len(lost)} of {total} students diverged (from step "
+                                   f"{int(lost.diverged_at.min())}), left out"}
+    return row
 
 
 def fit_laws(cfg: ScalingLawRecipe, df: pd.DataFrame) -> dict[str, object]:
-    """Every law's fit with bootstrap intervals, the frontier points, and a verdict per law."""
+    """Every law's fit with bootstrap intervals, the frontier points, and a verdict per law (after its regime),
+    on the students that stayed finite; each law says how many of its own diverged."""
+    lost = diverged(df)
+    gone = set(lost[KEYS].itertuples(index=False, name=None))
+    df = rows_where(df, lambda *key: key not in gone)
     fits, verdicts, curves, frontiers = [], [], {}, []
-    boot, final = dict(n=cfg.bootstrap, seed=cfg.seed), df[df.step == cfg.steps]
-    data, model = (final[(final.width == cfg.base_width) & (final.depth == cfg.base_depth)],
-                   final[final.n == cfg.base_n])
-    fitters = {"time": lambda: _time_law(cfg, df, boot),
-               "data": lambda: _power_law("data", data.n, data.excess_risk, f"m={cfg.base_width}", "N",
-                                          lambda f: f.upper["alpha"] >= 1.0, boot),
-               "model": lambda: _power_law("model", model.model_size, model.excess_risk, f"N={cfg.base_n}", "M",
-                                           lambda f: f.lower["alpha"] > 0.0, boot)}
-    for law in [law for law in fitters if law in cfg.sweeps]:
+    boot, final, regime = dict(n=cfg.bootstrap, seed=cfg.seed), df[df.step == cfg.steps], regimes(cfg)
+    points = law_points(cfg)
+    for law, sweep in (("time", "time"), ("data", "data"), ("data_offset", "data"), ("model", "model")):
+        if sweep in cfg.sweeps:
+            regime[law] = [*regime[law], reach(df, points[sweep])]
+    laws = {"time": ("time", lambda: _time_law(cfg, df, regime["time"])),
+            "data": ("data", lambda: _data_law(cfg, final, boot, regime["data"])),
+            "model": ("model", lambda: _model_law(cfg, final, boot, regime["model"])),
+            "compute": ("compute", lambda: _envelope_law(cfg, df, boot, regime["compute"])),
+            "breakpoint": ("compute", lambda: _breakpoint_law(cfg, df, boot, regime["breakpoint"]))}
+    for law, (sweep, fitter) in laws.items():
+        if sweep not in cfg.sweeps:
+            continue
+        mine = rows_where(lost, lambda *key: key[:4] in points[sweep])
+        total = len(points[sweep]) * cfg.seeds
         try:
-            rows, row, curve = fitters[law]()
+            rows, row, curve = fitter() if len(mine) < total else (
+                _no_fit(law, "every student diverged")[0], [_law(name, "", "") for name in VERDICT_ROWS[law]], None)
         except ValueError as err:  # no finite fit (numpy's LinAlgError is one too)
-            rows, row, curve = _no_fit(law, err)
-        fits = fits + rows
-        if curve is not None:
+            (rows, row), curve = _no_fit(law, err), None
+        fits += rows
+        for one in row if isinstance(row, list) else [row]:
+            verdicts.append(_divergence(one, mine, total))
+        if isinstance(curve, dict) and "frontiers" in curve:
+            frontiers = curve.pop("frontiers")
+            curves.update(curve)
+        elif curve is not None:
             curves[law] = curve
-        verdicts.append(row)
-    if "compute" in cfg.sweeps:
-        rows, rows_v, more, frontiers = _compute_laws(cfg, df, boot)
-        fits, verdicts = fits + rows, verdicts + rows_v
-        curves.update(more)
-    return {"fits": pd.DataFrame(fits), "verdicts": pd.DataFrame(verdicts), "curves": curves,
-            "frontier": pd.concat(frontiers, ignore_index=True) if frontiers else pd.DataFrame()}
+    return {"fits": pd.DataFrame(fits), "verdicts": pd.DataFrame(verdicts), "curves": curves, "diverged": lost,
+            "frontier": pd.concat(frontiers, ignore_index=True) if frontiers else pd.DataFrame(),
+            "regimes": {law: [c.as_dict() for c in conds] for law, conds in regime.items()}}
 
 
 def prepare(cfg: ScalingLawRecipe) -> None:
@@ -437,22 +664,31 @@ def run(cfg: ScalingLawRecipe, folder: Run, prepared: None = None) -> dict[str, 
     laws = fit_laws(cfg, results)
     folder.save_csv("fits.csv", laws["fits"])
     folder.save_csv("summary.csv", laws["verdicts"])
+    folder.save_csv("diverged.csv", laws["diverged"])
     if not laws["frontier"].empty:
         folder.save_csv("frontier.csv", laws["frontier"])
     folder.save_figure("scaling_law.png", figures.figure(cfg, results, laws))
-    folder.finish(students=len(results[KEYS].drop_duplicates()), sweep_points=len(set(sweep_points(cfg))))
-    return {"verdicts": laws["verdicts"], "fits": laws["fits"]}
+    folder.finish(students=len(results[KEYS].drop_duplicates()), sweep_points=len(set(sweep_points(cfg))),
+                  regimes=laws["regimes"])
+    lost, total = laws["diverged"], len(results[KEYS].drop_duplicates())
+    warn = ([f"{len(lost)} of {total} students diverged (NaN or infinite risk, the first at step "
+             f"{int(lost.diverged_at.min())}): left out of every fit, listed in diverged.csv; lower lr?"] if len(lost)
+            else [])
+    return {"verdicts": laws["verdicts"], "fits": laws["fits"], "warnings": warn}
 
 
 def report(runs: list[Run]) -> Section:
-    """The report section: the verdicts each finished run wrote into its summary.csv (the last run wins)."""
+    """The report section: the verdicts each finished run wrote into its summary.csv. Per law, the last run that
+    judged it in its theorem's regime wins; a law no run reached keeps the last run's regime verdict."""
     section = Section(COMMAND, TITLE)
     claims = {law: Claim(where, theory) for law, (theory, where) in THEORY.items()}
     for run, verdicts in section.readable(runs, "summary.csv", columns=("law", "measured", "verdict"),
                                           figure="scaling_law.png"):
         for row in verdicts.itertuples():
-            if row.law in claims:
-                claims[row.law] = Claim(claims[row.law].claim, claims[row.law].paper, str(row.measured), run.source,
-                                        str(row.verdict))
+            held = claims.get(row.law)
+            if held is None or (str(row.verdict).startswith(OUTSIDE) and held.verdict not in (NOT_RUN,)
+                                and not held.verdict.startswith(OUTSIDE)):
+                continue
+            claims[row.law] = Claim(held.claim, held.paper, str(row.measured), run.source, str(row.verdict))
     section.claims = list(claims.values())
     return section

@@ -12,13 +12,14 @@ METRICS = (("eq6_error", "Eq. (6) error"), ("relative_error", "relative error"))
 
 
 def _panel(ax, rows: pd.DataFrame, metric: str, x_inf: float) -> None:
-    """One line per method with its std shaded; m = ∞ as a star at x_inf."""
+    """One line per method with its std shaded (the null baseline black, dashed); m = ∞ as a star at x_inf."""
     for method, grp in rows.groupby("method", sort=False):
         grp = grp.sort_values("m")
         x = grp.log2m.where(grp.m != math.inf, x_inf).to_numpy()
         mean, std = grp[f"{metric}_mean"].to_numpy(), grp[f"{metric}_std"].fillna(0).to_numpy()
         fin = grp.m.to_numpy() != math.inf
-        (line,) = ax.plot(x[fin], mean[fin], marker="o", ms=3, label=method)
+        style = dict(color="k", ls="--", label="no-prefix (null: Z = k = 0)") if method == "no-prefix" else dict(label=method)
+        (line,) = ax.plot(x[fin], mean[fin], marker="o", ms=3, **style)
         ax.fill_between(x[fin], (mean - std)[fin].clip(min=mean[fin] * 1e-3), (mean + std)[fin],
                         color=line.get_color(), alpha=0.18)
         if (~fin).any():

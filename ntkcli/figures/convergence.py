@@ -30,8 +30,8 @@ def _transformer_losses(ax, curves: pd.DataFrame) -> None:
         if m == tc.m.max():
             g = _mean_curve(grp)
             ax.plot(g.index + 1, g.values, label=f"N={depth}, m={m}")
-    ax.set(xscale="log", yscale="log", xlabel="SGD step", ylabel="training loss E‖F−Y‖²",
-           title="Paper 2, Thm 5.5: transformer, SGD (largest width)")
+    ax.set(xscale="log", yscale="log", xlabel="gradient-descent step", ylabel="training loss E‖F−Y‖²",
+           title="Paper 2, Thm 5.5: transformer, gradient descent at 1/λ_max(K₀) (largest width)")
 
 
 def _rates(ax, results: pd.DataFrame) -> None:

@@ -10,31 +10,30 @@ import pandas as pd
 from . import errorbars, legend, log_log, pyplot
 
 
-def _time(ax, cfg, df: pd.DataFrame, fits) -> None:
-    exp, power = fits
-    t = df[(df.n == cfg.base_n) & (df.width == cfg.base_width) & (df.depth == cfg.base_depth) & (df.step > 0)]
+def _time(ax, test, t: pd.DataFrame) -> None:
+    n, width, eps = t.n.iloc[0], t.width.iloc[0], t.epsilon.iloc[0]
+    t = t[t.step > 0]
     errorbars(ax, t, "step", color="C0", label="excess risk (mean ± std over seeds)")
-    xs = np.geomspace(1, cfg.steps, 200)
-    ax.plot(xs, exp.predict(xs), "k-", label=f"E + A·exp(−rT), r = {exp.params['r']:.2g}")
-    ax.plot(xs, power.predict(xs), "C3--", label=f"power law, α = {power.params['alpha']:.2g}")
-    ax.set(title=f"time law (N = {cfg.base_n}, m = {cfg.base_width})", xlabel="SGD steps T", ylabel="excess risk")
+    ax.axhline(test.floor, color="k", ls=":", lw=1, label=f"R∞ = {test.floor:.3g} (mean over T/2 … T)")
+    ax.set(title=f"time law (N = {n}, m = {width}, ε = {eps:g}): local rate ratio {test.ratio:.2f}",
+           xlabel="SGD steps T", ylabel="excess risk")
 
 
-def _data(ax, cfg, final: pd.DataFrame, fit) -> None:
-    d = final[(final.width == cfg.base_width) & (final.depth == cfg.base_depth)]
+def _data(ax, cfg, fits: dict, d: pd.DataFrame) -> None:
     errorbars(ax, d, "n", color="C0", label="final excess risk")
     xs = np.geomspace(d.n.min(), d.n.max(), 100)
-    ax.plot(xs, fit.predict(xs), "k-", label=f"fit α = {fit.interval('alpha')}")
+    ax.plot(xs, fits["data"].predict(xs), "k-", label=f"A·N^−α, α = {fits['data'].interval('alpha')}")
+    ax.plot(xs, fits["data_offset"].predict(xs), "C2--", label=f"E + A·N^−α, α = {fits['data_offset'].interval('alpha')}")
     ax.plot(xs, d.excess_risk.mean() * (xs / xs.mean()) ** -1.0, "C3:", label="slope −1 (the bound)")
-    ax.set(title=f"data law (m = {cfg.base_width}, T = {cfg.steps})", xlabel="data size N")
+    ax.set(title=f"data law ({'M ≥ N³' if cfg.width_rule == 'cube' else f'm = {cfg.base_width}'}, T = {cfg.steps})",
+           xlabel="data size N")
 
 
-def _model(ax, cfg, final: pd.DataFrame, fit) -> None:
-    d = final[final.n == cfg.base_n]
-    for i, depth in enumerate(sorted(d.depth.unique())):
-        errorbars(ax, d[d.depth == depth], "model_size", color=f"C{i}", label=f"depth {depth}")
-    xs = np.geomspace(d.model_size.min(), d.model_size.max(), 100)
-    ax.plot(xs, fit.predict(xs), "k-", label=f"fit α = {fit.interval('alpha')}")
+def _model(ax, cfg, fits: dict, d: pd.DataFrame) -> None:
+    for i, (depth, fit) in enumerate(fits.items()):
+        errorbars(ax, d[d.depth == depth], "model_size", color=f"C{i}", label=f"depth {depth}: α = {fit.interval('alpha')}")
+        xs = np.geomspace(d[d.depth == depth].model_size.min(), d[d.depth == depth].model_size.max(), 100)
+        ax.plot(xs, fit.predict(xs), "-", color=f"C{i}", lw=1)
     ax.set(title=f"model law (N = {cfg.base_n}, T = {cfg.steps})", xlabel="model size M = N(md + d²)")
 
 
@@ -44,24 +43,28 @@ def _compute(ax, cfg, df: pd.DataFrame, front: pd.DataFrame, curves: dict) -> No
         pts = df[(df.n == n) & (df.depth == cfg.base_depth) & (df.step > 0)]
         ax.scatter(pts.compute, pts.excess_risk, s=3, alpha=0.15, color=color)
         f = front[front.n == n]
-        ax.plot(f.compute, f.excess_risk, "o", ms=3, color=color, label=f"N = {n} frontier")
+        ax.plot(f.compute, f.excess_risk, "o", ms=2, color=color, label=f"N = {n} frontier")
         fit = curves.get(f"compute N={n}")
         if fit is not None:
-            xs = np.geomspace(f.compute.min(), f.compute.max(), 200)
-            ax.plot(xs, fit.predict(xs), "-", color=color, lw=1)
             ax.axvline(fit.params["xstar"], color=color, ls=":", lw=0.8)
-    ax.set(title="compute frontier: exp stage, then power law (dotted: C*)", xlabel="compute C = M·T·|B|",
+    env = curves.get("compute")
+    if env is not None:
+        ax.plot(env["envelope"].compute, env["envelope"].excess_risk, "k-", lw=1.2, label="envelope (best at each C)")
+        xs = np.geomspace(env["envelope_points"].compute.min(), env["envelope_points"].compute.max(), 50)
+        ax.plot(xs, env["envelope_fit"].predict(xs), "C3--", lw=1.5,
+                label=f"envelope fit β = {env['envelope_fit'].interval('alpha')}")
+    ax.set(title="compute: per-N frontiers (dotted: fitted C*), the envelope", xlabel="compute C = M·T·|B|",
            ylabel="excess risk")
 
 
-def _breakpoint(ax, ns: np.ndarray, cs: np.ndarray, fit) -> None:
-    def line(slope):
-        return np.exp(np.log(cs).mean()) * (ns / np.exp(np.log(ns).mean())) ** slope
-
-    ax.plot(ns, cs, "o", label="fitted C*(N)")
-    ax.plot(ns, line(fit.params["slope"]), "k-", label=f"least squares, slope {fit.interval('slope')}")
-    ax.plot(ns, line(6.0), "C3:", label="slope 6 (Eq. 3), same centre")
-    ax.set(title="breakpoint C* vs data size", xlabel="data size N", ylabel="C*")
+def _breakpoint(ax, ns: np.ndarray, cs: np.ndarray, eq3: np.ndarray, fit) -> None:
+    ax.plot(eq3, cs, "o", label="fitted C*(N)")
+    for n, x, y in zip(ns, eq3, cs):
+        ax.annotate(f"N={n}", (x, y), fontsize=7)
+    line = np.exp(np.log(cs).mean()) * (eq3 / np.exp(np.log(eq3).mean())) ** fit.params["slope"]
+    ax.plot(eq3, line, "k-", label=f"least squares, slope {fit.interval('slope')}")
+    ax.plot(eq3, eq3, "C3:", label="C* = Eq. (3) (slope 1)")
+    ax.set(title="breakpoint: fitted C* against Eq. (3)", xlabel="Eq. (3): N⁶·log(N·Ld/ξ²)/ξ²", ylabel="fitted C*")
 
 
 def _verdicts(ax, verdicts: pd.DataFrame) -> None:
@@ -76,15 +79,15 @@ def figure(cfg, df: pd.DataFrame, laws: dict):
     """Time, data and model laws; compute frontiers and C*(N); the verdicts as text."""
     fig, axes = pyplot().subplots(2, 3, figsize=(17, 10))
     (a_time, a_data, a_model), (a_comp, a_star, a_text) = axes
-    curves, final = laws["curves"], df[df.step == cfg.steps]
+    curves = laws["curves"]
     for ax in axes.flat[:5]:
         log_log(ax)
     if "time" in curves:
-        _time(a_time, cfg, df, curves["time"])
+        _time(a_time, *curves["time"])
     if "data" in curves:
-        _data(a_data, cfg, final, curves["data"])
+        _data(a_data, cfg, *curves["data"])
     if "model" in curves:
-        _model(a_model, cfg, final, curves["model"])
+        _model(a_model, cfg, *curves["model"])
     if "breakpoint" in curves:
         _breakpoint(a_star, *curves["breakpoint"])
     for ax in (a_time, a_data, a_model, a_star):

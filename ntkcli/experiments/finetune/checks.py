@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from ...adapters import requirements
 from ...errors import UserError
-from ...recipes import beyond_memory
+from ...memory import beyond_memory
 from .recipe import TrainSpec, method_label, method_options
 
 ACTIVATION_BYTES = 48  # per token, hidden unit and layer: what a forward and backward keep, roughly (float32)

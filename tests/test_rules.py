@@ -1,0 +1,155 @@
+"""Every verdict rule passes on a planted input that satisfies its claim, fails on one that violates it, and says
+"outside the theorem's regime" on one outside the regime it assumes."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from ntkcli import rules
+from ntkcli.claims import INCONCLUSIVE, NOT_REPRODUCED, NOT_RUN, OUTSIDE, REPRODUCED
+
+RATES = np.geomspace(1e-5, 1e-1, 512)  # a kernel's spectrum: the loss of gradient flow is a sum of exponentials
+
+
+def steps(T: float, count: int = 60) -> np.ndarray:
+    return np.unique(np.r_[0, np.geomspace(1, T, count).round()])
+
+
+def sum_of_exponentials(t: np.ndarray, floor: float = 0.1) -> np.ndarray:
+    return floor + np.exp(-np.outer(t, RATES)).mean(1)
+
+
+# --- constant_rate: the time law --------------------------------------------------------------------------------
+
+def test_an_exponential_decay_to_a_floor_has_a_constant_rate():
+    t = steps(6000)
+    rng = np.random.default_rng(0)
+    curves = (0.1 + 2 * np.exp(-3e-3 * t)) * np.exp(rng.normal(0, 0.01, (3, len(t))))
+    test = rules.constant_rate(t, curves, n_boot=100)
+    assert test.verdict() == REPRODUCED
+    assert test.lower <= 1 <= test.upper and abs(test.floor - 0.1) < 0.01
+    assert abs(test.rates[0] - 3e-3) / 3e-3 < 0.15
+
+
+@pytest.mark.parametrize("alpha", [1.0, 2.0])
+def test_a_power_law_has_no_constant_rate(alpha):
+    t = steps(1e6)
+    test = rules.constant_rate(t, 0.1 + (1 + t / 10) ** -alpha)
+    assert test.verdict() == NOT_REPRODUCED
+    assert test.ratio < rules.RATE_DROP
+
+
+@pytest.mark.parametrize("T, expected", [(400, OUTSIDE), (4e4, OUTSIDE), (4e6, REPRODUCED)])
+def test_a_sum_of_exponentials_is_judged_only_once_its_window_has_flattened(T, expected):
+    """Short windows see a curve still falling (a power law in disguise): outside the regime, never 'not
+    reproduced'; the long window sees the slowest modes take over, a constant rate."""
+    test = rules.constant_rate(steps(T), sum_of_exponentials(steps(T)))
+    assert test.verdict().startswith(expected)
+    if expected == OUTSIDE:
+        assert "T long enough" in test.verdict() or "decays to" in test.verdict()
+
+
+def test_a_risk_that_rises_after_its_minimum_is_not_a_decay_to_a_floor():
+    t = steps(1e4)
+    test = rules.constant_rate(t, 1 + 2 * np.exp(-t / 30) - 0.5 * np.exp(-t / 3000) * (1 - np.exp(-t / 30)) + 1e-4 * t ** 0.5)
+    assert test.reached < 0
+    assert test.verdict() == NOT_REPRODUCED
+
+
+def test_the_sweeps_unmet_conditions_are_named_before_the_rule():
+    t = steps(6000)
+    unmet = rules.Condition("ε = ξ/N", False, "ε = 1 for every N")
+    verdict = rules.constant_rate(t, 0.1 + 2 * np.exp(-3e-3 * t)).verdict([unmet])
+    assert verdict.startswith(OUTSIDE) and "ε = ξ/N: ε = 1 for every N" in verdict
+
+
+# --- kernel_convergence: paper 2 Thm 5.5 ------------------------------------------------------------------------
+
+@pytest.mark.parametrize("loss_ratio, late, predicted, steps_, drift, expected", [
+    (1e-8, 0.011, 0.010, 3000, 0.02, REPRODUCED),  # converges at the kernel's rate
+    (0.4, 1e-5, 0.010, 3000, 0.02, NOT_REPRODUCED),  # stalls at a floor the bound forbids
+    (1e-8, 0.05, 0.010, 3000, 0.02, INCONCLUSIVE),  # converges, but 5× faster than the kernel says
+    (0.2, 1e-4, 1e-4, 3000, 0.02, OUTSIDE),  # T·rate = 0.3: too short for the kernel's own rate
+    (1e-8, 0.011, 0.010, 3000, 0.6, OUTSIDE),  # the kernel moved: not the kernel regime
+])
+def test_kernel_convergence(loss_ratio, late, predicted, steps_, drift, expected):
+    assert rules.kernel_convergence(loss_ratio, late, predicted, steps_, drift).startswith(expected)
+
+
+@pytest.mark.parametrize("verdicts, expected", [
+    ([REPRODUCED, REPRODUCED], REPRODUCED), ([REPRODUCED, NOT_REPRODUCED], NOT_REPRODUCED),
+    ([REPRODUCED, f"{OUTSIDE} (x)"], REPRODUCED), ([f"{OUTSIDE} (x)"], OUTSIDE),
+    ([REPRODUCED, INCONCLUSIVE], INCONCLUSIVE), ([], NOT_RUN)])
+def test_all_of(verdicts, expected):
+    assert rules.all_of(verdicts) == expected
+
+
+# --- exponents and intervals: data law, frontier, breakpoint ----------------------------------------------------
+
+@pytest.mark.parametrize("lower, upper, expected", [
+    (0.8, 1.3, REPRODUCED),  # α ≥ 1 within the interval
+    (0.3, 0.7, NOT_REPRODUCED),  # the risk falls slower than the bound's 1/N
+    (-0.2, 1.5, NOT_REPRODUCED),  # no decay excluded
+    (np.nan, np.nan, INCONCLUSIVE)])
+def test_an_exponent_bounded_below(lower, upper, expected):
+    assert rules.interval(lower, upper, at_least=1.0) == expected
+
+
+@pytest.mark.parametrize("lower, upper, expected", [(0.7, 1.4, REPRODUCED), (0.2, 0.4, NOT_REPRODUCED),
+                                                    (1.5, 3.0, NOT_REPRODUCED)])
+def test_an_interval_covers_the_theorys_value(lower, upper, expected):
+    assert rules.covers(lower, upper, 1.0) == expected
+
+
+# --- model law -------------------------------------------------------------------------------------------------
+
+def test_the_model_law_needs_a_fall_and_no_rise():
+    m = np.array([128, 512, 4096, 32768])
+    falling = 3 * m ** -0.3
+    assert rules.model_law(0.2, 0.4, falling, 0.01 * falling) == REPRODUCED
+    rising = falling.copy()
+    rising[2] = falling[1] * 1.3  # depth 2 of the old sweep: 0.62 → 0.70 from M = 1152 to 4224
+    assert rules.rises(rising, 0.01 * rising)
+    assert rules.model_law(0.2, 0.4, rising, 0.01 * rising) == NOT_REPRODUCED
+    assert not rules.rises(rising, 0.5 * rising)  # a rise inside the seeds' noise is no rise
+    assert rules.model_law(-0.1, 0.2, falling, 0.01 * falling) == NOT_REPRODUCED
+
+
+# --- Figure 1 --------------------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("growth, relative, null, expected", [
+    (37, 0.13, 0.9, REPRODUCED),
+    (37, 0.89, 0.9, NOT_REPRODUCED),  # grows like the paper's, but is no better than the input alone
+    (37, 0.99, 1.0, NOT_REPRODUCED),
+    (1e4, 0.13, 0.9, NOT_REPRODUCED)])
+def test_figure1_growth_beside_the_null(growth, relative, null, expected):
+    assert rules.growth(growth, relative, null) == expected
+
+
+def test_figure1_beats_the_null_at_every_large_m():
+    m = 2.0 ** np.arange(1, 19)
+    null = np.minimum(1.0, m / 2 ** 8)
+    assert rules.beats_null(m, 0.1 * null, null) == REPRODUCED
+    worse = 0.1 * null
+    worse[-1] = 0.8 * null[-1]
+    assert rules.beats_null(m, worse, null) == NOT_REPRODUCED
+    assert rules.beats_null(m[:5], 0.1 * null[:5], null[:5]) == NOT_RUN  # no m ≥ 2^10
+
+
+# --- paper 1 Thm 3.10 ------------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("loss_ratio, ratios, slope, expected", [
+    (1e-6, [1.1, 0.9], (-0.7, -0.4), REPRODUCED),
+    (1e-6, [1.1, 0.9], (-0.3, -0.1), NOT_REPRODUCED),  # drift falls slower than m^(−1/2)
+    (1e-6, [3.0, 0.9], (-0.7, -0.4), NOT_REPRODUCED),  # rate far from the kernel's
+    (0.1, [1.1, 0.9], (-0.7, -0.4), NOT_REPRODUCED),  # did not converge
+    (1e-6, [1.1, 0.9], (np.nan, np.nan), INCONCLUSIVE)])  # one seed: no interval
+def test_prefix_convergence(loss_ratio, ratios, slope, expected):
+    assert rules.prefix_convergence(loss_ratio, ratios, *slope) == expected
+
+
+def test_the_mean_interval_is_students_t():
+    mean, lower, upper = rules.mean_interval([-0.5, -0.4, -0.6])
+    assert mean == pytest.approx(-0.5) and lower == pytest.approx(-0.5 - 4.303 * 0.1 / np.sqrt(3), rel=1e-3)
+    assert np.isnan(rules.mean_interval([-0.5])[1])
