@@ -18,7 +18,8 @@ from safetensors.torch import save_file
 
 from ntkcli.adapters import inject
 from ntkcli.models import load_model, load_tokenizer
-from ntkcli.models.chatglm3 import SPECIAL_TOKENS, load_chatglm3
+from ntkcli.models.chatglm3 import load_chatglm3
+from ntkcli.models.glm import SPECIAL_TOKENS
 from ntkcli.experiments.finetune.recipe import ModelSpec
 from conftest import RECIPES, assert_one_line_error, invoke, no_results, write_rte
 

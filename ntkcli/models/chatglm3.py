@@ -21,8 +21,6 @@ from torch import nn
 
 from .weights import INDEXES, SINGLE_FILES, tensor_shapes
 
-SPECIAL_TOKENS = ("[MASK]", "[gMASK]", "[sMASK]", "sop", "eop", "<|system|>", "<|user|>", "<|assistant|>",
-                  "<|observation|>")  # ids n, n+1, … after the sentencepiece vocabulary, as ChatGLM3 numbers them
 # ChatGLM3 name → GLM name; the fused query_key_value is split separately
 RENAMES = (
     (r"transformer\.embedding\.word_embeddings\.weight", "model.embed_tokens.weight"),

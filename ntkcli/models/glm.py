@@ -9,7 +9,8 @@ from transformers import AddedToken, GlmForSequenceClassification
 from transformers.modeling_outputs import SequenceClassifierOutputWithPast
 from transformers.tokenization_utils_sentencepiece import SentencePieceBackend
 
-from .chatglm3 import SPECIAL_TOKENS
+SPECIAL_TOKENS = ("[MASK]", "[gMASK]", "[sMASK]", "sop", "eop", "<|system|>", "<|user|>", "<|assistant|>",
+                  "<|observation|>")  # ids n, n+1, … after the sentencepiece vocabulary, as ChatGLM3 numbers them
 
 
 class ChatGLM3Tokenizer(SentencePieceBackend):

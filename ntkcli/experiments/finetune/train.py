@@ -13,9 +13,9 @@ from typing import Callable, Iterator
 import numpy as np
 import torch
 
+from .protocol import ROW, TrainingFailed, precision
 from .recipe import TrainSpec
 
-ROW = "row"  # the column whose ids travel with each evaluation row through the batches
 
 
 def _rss_bytes() -> int:
@@ -52,19 +52,6 @@ def peak_memory(device: torch.device) -> Iterator[list[float]]:
         done.set()
         thread.join()
         result.append(max(peak[0] - start, 0) / 2**20)
-
-
-def precision(spec: TrainSpec, device: torch.device) -> dict:
-    """The Trainer's bf16/fp16 flags: auto is bf16 on a GPU that has it, else fp32."""
-    mode = spec.precision
-    if mode == "auto":
-        mode = "bf16" if device.type == "cuda" and torch.cuda.is_bf16_supported() else "fp32"
-    return {"bf16": mode == "bf16", "fp16": mode == "fp16"}
-
-
-class TrainingFailed(Exception):
-    """Training produced nothing worth recording (a non-finite loss, no optimizer step taken, or an evaluation
-    whose predictions do not line up with its rows)."""
 
 
 @dataclass

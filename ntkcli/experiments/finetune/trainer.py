@@ -15,7 +15,7 @@ import torch
 from transformers import PrinterCallback, Trainer, TrainerCallback, TrainingArguments
 
 from ...adapters import LR_OVERRIDE
-from .train import ROW, TrainingFailed, precision
+from .protocol import ROW, TrainingFailed, precision
 
 
 class RowCollator:

@@ -14,7 +14,7 @@ import pandas as pd
 from ...claims import INCONCLUSIVE, NO_SIGNAL, REFUTED, REPRODUCED, Claim, Section
 from ...runs import Run
 from ..finetune.claims import TABLE2, TASKS as PAPER_TASKS
-from . import stats
+from .stats import difference, REPRODUCED as ABOVE, REFUTED as BELOW, INCONCLUSIVE as SPANS
 from .recipe import CONTROL
 
 COMMAND, TITLE = "superglue", "Table 2 at MiniLM scale (paper 1, §5, on real SuperGLUE)"
@@ -23,7 +23,7 @@ COMPARISONS = (("P-Tuning v2 rises with m (m=100 − m=1)", "ptuning-v2 m=100", 
                ("NTK-Attention ≥ P-Tuning v2 m=100", "ntk", "ptuning-v2 m=100"),
                ("NTK-Attention ≥ LoRA r=8", "ntk", "lora r=8"))
 FLOOR = ("fft", "lora")  # the kinds whose win over the majority class shows that a task is learnable at this scale
-VERDICT = {stats.REPRODUCED: REPRODUCED, stats.REFUTED: REFUTED, stats.INCONCLUSIVE: INCONCLUSIVE}
+VERDICT = {ABOVE: REPRODUCED, BELOW: REFUTED, SPANS: INCONCLUSIVE}
 EXTRA = (("cb", "f1_macro", "CB F1"), ("multirc", "f1a", "MultiRC F1a"), ("multirc", "em", "MultiRC EM"))
 
 
@@ -98,7 +98,7 @@ def floor(summary: pd.DataFrame, predictions: pd.DataFrame, replicates: int, see
         if (task, CONTROL) not in points.index:
             continue
         for method in rows[(rows.task == task) & rows.kind.isin(FLOOR)].method:
-            d = stats.difference([_pair(predictions, points, task, method, CONTROL)], replicates, seed)
+            d = difference([_pair(predictions, points, task, method, CONTROL)], replicates, seed)
             out.append({"task": task, "method": method, "difference": 100 * d.mean, "low": 100 * d.low,
                         "high": 100 * d.high, "signal": d.low > 0})
     return pd.DataFrame(out, columns=["task", "method", "difference", "low", "high", "signal"])
@@ -122,7 +122,7 @@ def differences(summary: pd.DataFrame, predictions: pd.DataFrame, replicates: in
                 continue
             pairs = {t: _pair(predictions, points, t, a, b) for t in counted}
             for name, chosen_tasks in [*((t, [t]) for t in counted), ("average", counted)]:
-                d = stats.difference([pairs[t] for t in chosen_tasks], replicates, seed)
+                d = difference([pairs[t] for t in chosen_tasks], replicates, seed)
                 out.append({"view": view, "comparison": what, "task": name, "difference": 100 * d.mean,
                             "low": 100 * d.low, "high": 100 * d.high, "verdict": d.verdict})
     return pd.DataFrame(out, columns=["view", "comparison", "task", "difference", "low", "high", "verdict"])
