@@ -203,7 +203,7 @@ def report(
 ) -> None:
     """Gather every run in OUTPUTS into report.md and a self-contained report.html (figures embedded).
 
-    One section per command; each paper claim (Figure 1's trend, Tables 1–2, Theorems 3.10, 5.5, 7.1, 7.2) beside our measurement, the run it came from, and a verdict: reproduced, not reproduced, or not run at this scale. Malformed or incomplete run folders are listed and skipped.
+    One section per command; each paper claim (Figure 1's trend, Tables 1–2, Theorems 3.10, 5.5, 7.1, 7.2) beside our measurement, the run it came from, and a verdict: reproduced, not reproduced, refuted or inconclusive, outside the theorem's regime (naming the unmet condition), diverged, or not run at this scale. Malformed or incomplete run folders are listed and skipped.
     """
     from . import report as rep
 

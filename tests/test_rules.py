@@ -32,6 +32,15 @@ def test_an_exponential_decay_to_a_floor_has_a_constant_rate():
     assert abs(test.rates[0] - 3e-3) / 3e-3 < 0.15
 
 
+def test_a_decay_that_speeds_up_stays_under_the_exponential_bound():
+    """Rate 2.5e-3 until the excess is e^−2.5 of its start, then 1e-2: the late rate is over twice the early one,
+    which no exponential bound forbids (the rule is one-sided)."""
+    t = steps(6000)
+    excess = np.where(t < 1000, np.exp(-2.5e-3 * t), np.exp(-2.5 - 1e-2 * (t - 1000)))
+    test = rules.constant_rate(t, 0.1 + 2 * excess)
+    assert test.ratio > 1 / rules.RATE_DROP and test.verdict() == REPRODUCED
+
+
 @pytest.mark.parametrize("alpha", [1.0, 2.0])
 def test_a_power_law_has_no_constant_rate(alpha):
     t = steps(1e6)

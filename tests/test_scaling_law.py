@@ -276,3 +276,11 @@ def test_students_that_never_reach_the_teacher_are_outside_the_regime():
                                    if n == 8 else theorem_world(n, size, 0, c)))
     assert all(v.startswith(OUTSIDE) and "the students reach the teacher" in v for v in got.values()), got
     assert "R(T)/R(0) = " in got["data"]
+
+
+def test_frontiers_that_never_fall_are_outside_the_regime():
+    """Eq. (3)'s C* inside every N's compute range, but each risk barely moves from its start: the frontier and the
+    breakpoint test nothing, and say so."""
+    cfg = ScalingLawRecipe(**BREAK)
+    got = verdicts_of(cfg, planted(cfg, lambda n, size, t, c: 0.5 * (1 + 0.3 * np.exp(-c / sl.eq3_compute(cfg, n)))))
+    assert all(v.startswith(OUTSIDE) and "reach the teacher" in v for v in got.values()), got
