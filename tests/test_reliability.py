@@ -8,6 +8,7 @@ import hashlib
 import os
 import subprocess
 import sys
+import time
 import json
 from pathlib import Path
 
@@ -413,3 +414,34 @@ def test_memory_under_ulimit_v_is_one_line_from_the_estimate_or_the_allocator(tm
         assert not folder.exists()
     else:
         assert set(pd.read_csv(folder / "results.csv").width) == kept and not (folder / "run.json").exists()
+
+
+KILLED = ["--set", "transformer={d: 4, seq_len: 3}", "--set", "noise=0.1", "--set", "n_values=[2,3,4]", "--set",
+          "widths=[4,8,16]", "--set", "depths=[1]", "--set", "base_n=3", "--set", "base_width=16", "--set",
+          "base_depth=1", "--set", "epsilon_rule=xi/N", "--set", "lr_rule=epsilon", "--set", "model_zeta=0.25",
+          "--set", "steps=400", "--set", "checkpoints=10", "--set", "seeds=2", "--set", "teacher_width=16",
+          "--set", "n_test=32", "--set", "bootstrap=10", "--set", "dtype=float64"]
+
+
+@pytest.mark.parametrize("delay", [0.3])
+def test_a_coupled_scaling_law_run_killed_by_sigkill_resumes_to_the_fresh_runs_csv(tmp_path, delay):
+    """kill -9 a run of a coupled sweep (ε = ξ/N, ε = ξ/M^ζ) after the first group of students is saved (and a
+    moment more), resume it: results.csv equals a fresh run's, and the laws are fitted from it."""
+    killed = tmp_path / "killed" / "scaling-law" / "default" / "results.csv"
+    child = subprocess.Popen([sys.executable, "-c", "from ntkcli.cli import app; app()", "scaling-law", *KILLED,
+                              "--out", str(tmp_path / "killed")], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    for _ in range(1200):
+        if killed.exists() or child.poll() is not None:
+            break
+        time.sleep(0.1)
+    time.sleep(delay)
+    child.kill()
+    child.wait()
+    assert killed.exists() and not (killed.parent / "run.json").exists(), "the run ended before it was killed"
+    assert invoke("scaling-law", *KILLED, "--out", tmp_path / "killed").exit_code == 0
+    assert invoke("scaling-law", *KILLED, "--out", tmp_path / "fresh").exit_code == 0
+    keys = ["n", "width", "depth", "epsilon", "seed", "step"]
+    a, b = (pd.read_csv(tmp_path / k / "scaling-law" / "default" / "results.csv").sort_values(keys)
+            .reset_index(drop=True) for k in ("killed", "fresh"))
+    pd.testing.assert_frame_equal(a, b)
+    assert (killed.parent / "claims.csv").exists()
