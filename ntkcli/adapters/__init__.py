@@ -48,10 +48,18 @@ def _inject_attention(model: nn.Module, method: Adapter, opts: Options, calibrat
     method.calibrate(model, opts, calibration)
 
 
-def inject(model: nn.Module, method: str, calibration: dict | None = None, **options) -> Injected:
-    """Freeze the backbone (the task head stays trainable) and add `method`'s trainable parameters. `calibration`,
-    a batch of training inputs (the model's keyword arguments), is what options that read real inputs use
-    (ntk's init 'text' and scale 'calibrated')."""
+def inject(model: nn.Module, method, calibration: dict | None = None, **options) -> Injected:
+    """Freeze the backbone (the task head stays trainable) and add `method`'s trainable parameters. `method` is a
+    name (its options as keywords), an options object (`ntk.NTKOptions(...)`) or a config with `method` and
+    `options` (`NTKConfig`). `calibration`, a batch of training inputs (the model's keyword arguments), is what
+    options that read real inputs use (ntk's init 'text' and scale 'calibrated')."""
+    if isinstance(method, Options):
+        name = next((n for n, kind in OPTIONS.items() if type(method) is kind and kind is not Options), None)
+        if name is None:
+            raise ValueError(f"{type(method).__name__} names no method; pass the method's name")
+        method, options = name, {**method.model_dump(), **options}
+    elif hasattr(method, "method") and hasattr(method, "options"):  # NTKConfig (adapters/model.py)
+        method, options = method.method, {**method.options, **options}
     if method not in OPTIONS:
         raise ValueError(f"unknown method {method!r}; choose one of {', '.join(METHODS)}")
     opts = OPTIONS[method](**options)

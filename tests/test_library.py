@@ -1,0 +1,166 @@
+"""NTK-Attention as a library (adapters/model.py): the config, get_ntk_model, checked saves and loads, switching
+adapters, the base model back on demand. Tiny BERT, Llama and Qwen2 models built from configs (offline)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+from transformers import AutoConfig, AutoModelForCausalLM, AutoModelForSequenceClassification
+
+from ntkcli.adapters import inject, ntk
+from ntkcli.adapters.model import CONFIG_NAME, WEIGHTS_NAME, NTKConfig, NTKModel, get_ntk_model
+
+SIZES = dict(hidden_size=32, num_hidden_layers=2, num_attention_heads=4, intermediate_size=64, vocab_size=100)
+CAUSAL = {"llama": dict(num_key_value_heads=2, pad_token_id=0), "qwen2": dict(num_key_value_heads=2, pad_token_id=0)}
+
+
+def classifier(seed: int = 0):
+    torch.manual_seed(seed)
+    return AutoModelForSequenceClassification.from_config(
+        AutoConfig.for_model("bert", num_labels=3, hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0,
+                             **SIZES)).eval()
+
+
+def causal(arch: str, seed: int = 0):
+    torch.manual_seed(seed)
+    return AutoModelForCausalLM.from_config(AutoConfig.for_model(arch, **SIZES, **CAUSAL[arch])).eval()
+
+
+INPUTS = {"input_ids": torch.tensor([[5, 6, 7, 8, 9], [11, 12, 13, 14, 15]]), "attention_mask": torch.ones(2, 5, dtype=torch.long)}
+
+
+def logits(model) -> torch.Tensor:
+    with torch.no_grad():
+        return model(**INPUTS).logits
+
+
+def trained(model: NTKModel, steps: int = 3) -> NTKModel:
+    """A few Adam steps on a random target, so that (Z, k) and the head are far from their start."""
+    opt = torch.optim.Adam([p for p in model.parameters() if p.requires_grad], lr=0.05)
+    for _ in range(steps):
+        out = model(**INPUTS).logits
+        loss = (out - torch.linspace(-1, 1, out.numel()).view_as(out)).pow(2).mean()
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+    return model.eval()
+
+
+def test_inject_takes_an_options_object_and_a_config():
+    """Before: inject(model, NTKOptions(...)) raised TypeError (unhashable type)."""
+    by_name = logits(inject(classifier(), "ntk", init="paper", seed=3).model)
+    assert torch.equal(logits(inject(classifier(), ntk.NTKOptions(init="paper", seed=3)).model), by_name)
+    assert torch.equal(logits(inject(classifier(), NTKConfig(options={"init": "paper", "seed": 3})).model), by_name)
+
+
+def test_a_config_with_an_unknown_or_ill_typed_field_is_one_error():
+    with pytest.raises(ValueError, match="NTKConfig has no field 'rank'"):
+        NTKConfig.from_dict({"method": "ntk", "rank": 8})
+    with pytest.raises(ValueError, match="NTKConfig.options.*feature_map"):
+        NTKConfig(options={"feature_map": "relu"})
+    with pytest.raises(ValueError, match="NTKConfig.method 'lora'"):
+        NTKConfig(method="lora")
+
+
+def test_get_ntk_model_starts_as_the_base_model_and_counts_its_parameters(capsys):
+    want = logits(classifier())
+    model = get_ntk_model(classifier())
+    assert torch.allclose(logits(model), want, atol=1e-6)
+    model.print_trainable_parameters()
+    trainable, total = model.get_nb_trainable_parameters()
+    assert f"trainable params: {trainable:,d} || all params: {total:,d}" in capsys.readouterr().out
+    assert 0 < trainable < total / 4
+
+
+def test_disable_adapter_gives_the_base_model_exactly_and_restores_the_adapter():
+    model = trained(get_ntk_model(classifier(), NTKConfig(options={"init": "paper"})))
+    adapted = logits(model)
+    base = classifier()
+    base.classifier.load_state_dict(model.base_model.classifier.state_dict())  # the trained head, on both sides
+    with model.disable_adapter():
+        assert torch.equal(logits(model), logits(base))
+    assert torch.equal(logits(model), adapted) and not torch.allclose(adapted, logits(base), atol=1e-4)
+
+
+SAVE_AND_LOAD = """
+import sys, torch
+sys.path.insert(0, {tests!r})
+from test_library import classifier, logits
+from ntkcli.adapters.model import NTKModel
+model = NTKModel.from_pretrained(classifier(), {path!r})
+torch.save(logits(model), {out!r})
+"""
+
+
+def test_a_saved_adapter_reloads_exactly_in_a_new_process_whatever_requires_grad_said(tmp_path):
+    """The adapter file holds the method's tensors and the task head even when everything was frozen before saving
+    (before: the head was missing), and a new process gets the same logits."""
+    model = trained(get_ntk_model(classifier(), NTKConfig(options={"init": "paper"})))
+    want = logits(model)
+    model.requires_grad_(False)
+    model.save_pretrained(tmp_path / "a")
+    from safetensors.torch import load_file
+
+    names = set(load_file(tmp_path / "a" / WEIGHTS_NAME))
+    assert {"classifier.weight", "classifier.bias"} <= names
+    assert all(n.startswith("classifier.") or n.rsplit(".", 1)[-1] in ntk.STATE for n in names)
+    config = json.loads((tmp_path / "a" / CONFIG_NAME).read_text())
+    assert config["base_model_class"] == "BertForSequenceClassification" and config["method"] == "ntk"
+    script = SAVE_AND_LOAD.format(tests=str(Path(__file__).parent), path=str(tmp_path / "a"), out=str(tmp_path / "t"))
+    subprocess.run([sys.executable, "-c", script], check=True, capture_output=True)
+    assert torch.equal(torch.load(tmp_path / "t"), want)
+
+
+def test_loading_checks_the_base_model_the_names_and_the_shapes(tmp_path):
+    llama = trained(get_ntk_model(causal("llama")))
+    llama.save_pretrained(tmp_path / "llama")
+    with pytest.raises(ValueError, match="made for LlamaForCausalLM, not Qwen2ForCausalLM"):
+        NTKModel.from_pretrained(causal("qwen2"), tmp_path / "llama")  # before: loaded without complaint
+    from safetensors.torch import load_file, save_file
+
+    tensors = load_file(tmp_path / "llama" / WEIGHTS_NAME)
+    name = sorted(n for n in tensors if n.endswith("ntk_Z"))[0]
+    for label, broken, words in (("missing", {n: t for n, t in tensors.items() if n != name}, "lacks 1 tensor"),
+                                 ("misshapen", {**tensors, name: tensors[name][:, :-1].contiguous()}, "has shape"),
+                                 ("extra", {**tensors, "model.extra.ntk_Z": tensors[name].clone()}, "has not")):
+        folder = tmp_path / label
+        folder.mkdir()
+        (folder / CONFIG_NAME).write_text((tmp_path / "llama" / CONFIG_NAME).read_text())
+        save_file(broken, folder / WEIGHTS_NAME)
+        with pytest.raises(ValueError, match=words):
+            NTKModel.from_pretrained(causal("llama"), folder)
+    (tmp_path / "cut").mkdir()
+    (tmp_path / "cut" / CONFIG_NAME).write_text((tmp_path / "llama" / CONFIG_NAME).read_text()[:40])
+    with pytest.raises(ValueError, match="is not valid JSON"):
+        NTKModel.from_pretrained(causal("llama"), tmp_path / "cut")
+
+
+def test_named_adapters_switch_without_merging(tmp_path):
+    first = trained(get_ntk_model(classifier(), NTKConfig(options={"init": "paper", "seed": 1})))
+    first.save_pretrained(tmp_path / "one")
+    second = trained(get_ntk_model(classifier(), NTKConfig(options={"init": "paper", "seed": 2})), steps=5)
+    second.save_pretrained(tmp_path / "two")
+    want_one, want_two = logits(first), logits(second)
+    model = NTKModel.from_pretrained(classifier(), tmp_path / "one", adapter_name="one")
+    model.load_adapter(tmp_path / "two", "two")
+    assert torch.equal(logits(model), want_one)
+    model.set_adapter("two")
+    assert torch.equal(logits(model), want_two)
+    model.set_adapter("one")
+    assert torch.equal(logits(model), want_one)
+    model.save_pretrained(tmp_path / "again", adapter_name="two")
+    assert torch.equal(logits(NTKModel.from_pretrained(classifier(), tmp_path / "again")), want_two)
+    with pytest.raises(ValueError, match="no adapter named 'three'"):
+        model.set_adapter("three")
+
+
+def test_generate_passes_through_and_starts_as_the_base_model():
+    base = causal("llama")
+    want = base.generate(INPUTS["input_ids"][:1], max_new_tokens=5, do_sample=False)
+    model = get_ntk_model(causal("llama"))
+    assert torch.equal(model.generate(INPUTS["input_ids"][:1], max_new_tokens=5, do_sample=False), want)
