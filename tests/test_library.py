@@ -164,3 +164,34 @@ def test_generate_passes_through_and_starts_as_the_base_model():
     want = base.generate(INPUTS["input_ids"][:1], max_new_tokens=5, do_sample=False)
     model = get_ntk_model(causal("llama"))
     assert torch.equal(model.generate(INPUTS["input_ids"][:1], max_new_tokens=5, do_sample=False), want)
+
+
+FUSED = {"gpt2": dict(n_embd=32, n_layer=2, n_head=4, vocab_size=100, resid_pdrop=0.0, embd_pdrop=0.0,
+                      attn_pdrop=0.0, bos_token_id=1, eos_token_id=2),
+         "gpt_neox": dict(hidden_size=32, num_hidden_layers=2, num_attention_heads=4, intermediate_size=64,
+                          vocab_size=100, bos_token_id=1, eos_token_id=2),
+         "phi3": dict(hidden_size=32, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
+                      intermediate_size=64, vocab_size=100, pad_token_id=0, bos_token_id=1, eos_token_id=2)}
+
+
+@pytest.mark.parametrize("arch", FUSED)
+def test_fused_qkv_models_are_found_by_their_attention_call_and_train(arch):
+    """GPT-2 (c_attn), GPT-NeoX (query_key_value) and Phi-3 (qkv_proj): before, 'no attention modules with key/value
+    projections to adapt'. Zero (Z, k) is the base model exactly; a few steps move Z and k and the logits."""
+    torch.manual_seed(0)
+    base = AutoModelForCausalLM.from_config(AutoConfig.for_model(arch, **FUSED[arch])).eval()
+    want = logits(base)
+    model = get_ntk_model(base)
+    assert torch.equal(logits(model), want)
+    before = {n: t.detach().clone() for n, t in model.named_parameters() if n.endswith(("ntk_Z", "ntk_k"))}
+    assert len(before) == 2 * 2  # Z and k in each of the two layers
+    trained(model)
+    assert all(not torch.equal(t, dict(model.named_parameters())[n]) for n, t in before.items())
+    assert not torch.allclose(logits(model), want, atol=1e-5)
+
+
+def test_an_init_that_needs_separate_projections_says_so_on_a_fused_model():
+    torch.manual_seed(0)
+    gpt2 = AutoModelForCausalLM.from_config(AutoConfig.for_model("gpt2", **FUSED["gpt2"]))
+    with pytest.raises(ValueError, match="init 'prefix' needs key/value projections .* GPT2Attention has none"):
+        get_ntk_model(gpt2, NTKConfig(options={"init": "prefix"}))

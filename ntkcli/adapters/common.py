@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import functools
+import inspect
 import math
 from dataclasses import dataclass
 from functools import partial
@@ -46,9 +48,22 @@ def _child(module: nn.Module, names: tuple[str, ...]) -> nn.Linear | None:
     return next((getattr(module, n) for n in names if isinstance(getattr(module, n, None), nn.Linear)), None)
 
 
+@functools.cache
+def _calls_attention(cls: type) -> bool:
+    """Whether a module class's forward calls transformers' attention interface (its source names it)."""
+    try:
+        source = inspect.getsource(cls.forward)
+    except (OSError, TypeError):
+        return False
+    return "ALL_ATTENTION_FUNCTIONS" in source or "attention_interface" in source
+
+
 def attention_modules(model: nn.Module) -> list[nn.Module]:
-    """The modules that call the attention interface: those holding key and value projections."""
-    return [m for m in model.modules() if _child(m, KEY_PROJ) is not None and _child(m, VALUE_PROJ) is not None]
+    """The modules that call the attention interface, found by that call, whatever their projections (separate
+    q/k/v, a fused c_attn, query_key_value or qkv_proj); outermost only, since a wrapper (peft) may repeat it."""
+    found = [m for m in model.modules() if _calls_attention(type(m))]
+    inner = {id(c) for m in found for c in m.modules() if c is not m}
+    return [m for m in found if id(m) not in inner]
 
 
 def missing_modules(model: nn.Module, targets) -> list[str]:
