@@ -195,3 +195,20 @@ def test_an_init_that_needs_separate_projections_says_so_on_a_fused_model():
     gpt2 = AutoModelForCausalLM.from_config(AutoConfig.for_model("gpt2", **FUSED["gpt2"]))
     with pytest.raises(ValueError, match="init 'prefix' needs key/value projections .* GPT2Attention has none"):
         get_ntk_model(gpt2, NTKConfig(options={"init": "prefix"}))
+
+
+EXAMPLES = Path(__file__).resolve().parents[1] / "docs" / "library.md"
+
+
+@pytest.mark.parametrize("index", range(4))
+def test_every_example_of_docs_library_runs(index, tmp_path):
+    """Each ```python block of docs/library.md, run as a script in a fresh process (offline)."""
+    import re
+
+    blocks = re.findall(r"```python\n(.*?)```", EXAMPLES.read_text(), re.S)
+    assert len(blocks) == 4
+    script = tmp_path / "example.py"
+    script.write_text(blocks[index])
+    done = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, cwd=tmp_path, timeout=300,
+                          env={**__import__("os").environ, "HF_HUB_OFFLINE": "1"})
+    assert done.returncode == 0, done.stderr[-2000:]
