@@ -212,3 +212,26 @@ def test_every_example_of_docs_library_runs(index, tmp_path):
     done = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, cwd=tmp_path, timeout=300,
                           env={**__import__("os").environ, "HF_HUB_OFFLINE": "1"})
     assert done.returncode == 0, done.stderr[-2000:]
+
+
+def test_ntk_on_a_peft_lora_model_keeps_both_trainable_and_each_saves_its_own(tmp_path):
+    """Before: injecting NTK-Attention into a LoRA model silently froze every lora_* tensor."""
+    from peft import LoraConfig, get_peft_model
+    from safetensors.torch import load_file
+
+    lora = get_peft_model(causal("llama"), LoraConfig(r=4, target_modules=["q_proj", "o_proj"], lora_dropout=0.0))
+    model = get_ntk_model(lora, NTKConfig(options={"init": "paper"}))
+    trainable = {n for n, p in model.named_parameters() if p.requires_grad}
+    assert any("lora_A" in n for n in trainable) and any("lora_B" in n for n in trainable)
+    assert any(n.endswith("ntk_Z") for n in trainable)
+    before = {n: p.detach().clone() for n, p in model.named_parameters() if p.requires_grad}
+    trained(model)
+    after = dict(model.named_parameters())
+    assert any(not torch.equal(t, after[n]) for n, t in before.items() if "lora_B" in n)
+    assert any(not torch.equal(t, after[n]) for n, t in before.items() if n.endswith("ntk_Z"))
+    model.save_pretrained(tmp_path / "ntk")
+    lora.save_pretrained(tmp_path / "lora")
+    ntk_names, lora_names = set(load_file(tmp_path / "ntk" / WEIGHTS_NAME)), set(load_file(
+        tmp_path / "lora" / "adapter_model.safetensors"))
+    assert ntk_names and all(n.rsplit(".", 1)[-1] in ntk.STATE for n in ntk_names)
+    assert lora_names and all("lora_" in n for n in lora_names)

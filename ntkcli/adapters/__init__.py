@@ -17,7 +17,7 @@ from torch import nn
 
 from . import lora, ntk, peft_any, ptuning_v2
 from .common import (LR_OVERRIDE, Adapter, Options, attention_modules, count_parameters, freeze_backbone, head_shape,
-                     register, task_head)
+                     peft_trainable, register, task_head)
 
 INTERFACE_METHODS: dict[str, Adapter] = {ntk.NAME: ntk, ptuning_v2.NAME: ptuning_v2}
 OPTIONS: dict[str, type[Options]] = {**{name: m.OPTIONS for name, m in INTERFACE_METHODS.items()},
@@ -72,7 +72,10 @@ def inject(model: nn.Module, method, calibration: dict | None = None, **options)
     elif method == peft_any.NAME:
         model = peft_any.inject(model, opts)
     else:
+        peft_adapters = peft_trainable(model)  # a peft model's own adapters stay trainable beside the method's
         freeze_backbone(model)
+        for name, p in model.named_parameters():
+            p.requires_grad_(p.requires_grad or name in peft_adapters)
         _inject_attention(model, INTERFACE_METHODS[method], opts, calibration)
     return Injected(model, method, opts.model_dump(), *count_parameters(model))
 

@@ -137,6 +137,21 @@ def freeze_backbone(model: nn.Module) -> None:
         p.requires_grad_(name in head)
 
 
+def peft_trainable(model: nn.Module) -> set[str]:
+    """The trainable parameters of peft's adapters already in `model` (LoRA's lora_A, lora_B, …): what an
+    attention-level method added on top of a peft model must leave trainable."""
+    from peft.tuners.tuners_utils import BaseTunerLayer
+
+    keep = set()
+    for name, module in model.named_modules():
+        if isinstance(module, BaseTunerLayer):
+            for attr in module.adapter_layer_names:
+                sub = getattr(module, attr, None)
+                if isinstance(sub, nn.Module):
+                    keep |= {n for n, p in sub.named_parameters(prefix=f"{name}.{attr}") if p.requires_grad}
+    return keep
+
+
 def count_parameters(model: nn.Module) -> tuple[int, int]:
     """(trainable, total) parameters."""
     trainable = sum(p.numel() for p in model.parameters() if p.requires_grad)
