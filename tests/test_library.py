@@ -235,3 +235,21 @@ def test_ntk_on_a_peft_lora_model_keeps_both_trainable_and_each_saves_its_own(tm
         tmp_path / "lora" / "adapter_model.safetensors"))
     assert ntk_names and all(n.rsplit(".", 1)[-1] in ntk.STATE for n in ntk_names)
     assert lora_names and all("lora_" in n for n in lora_names)
+
+
+@pytest.mark.parametrize("arch", CAUSAL)
+def test_left_and_right_padding_give_the_rows_own_outputs_without_positions(arch):
+    """Before: a left-padded batch without position_ids differed from the row alone by 0.28 (φ(Q) sees the absolute
+    RoPE rotation). The wrapper derives positions from the attention mask, as generate() does."""
+    model = trained(get_ntk_model(causal(arch), NTKConfig(options={"init": "paper"})), steps=5)
+    row = torch.tensor([[5, 6, 7, 8]])
+    with torch.no_grad():
+        alone = model(input_ids=row, attention_mask=torch.ones_like(row)).logits[0]
+        left = model(input_ids=torch.tensor([[0, 0, 5, 6, 7, 8], [9, 9, 9, 9, 9, 9]]),
+                     attention_mask=torch.tensor([[0, 0, 1, 1, 1, 1], [1] * 6])).logits[0, 2:]
+        right = model(input_ids=torch.tensor([[5, 6, 7, 8, 0, 0], [9, 9, 9, 9, 9, 9]]),
+                      attention_mask=torch.tensor([[1, 1, 1, 1, 0, 0], [1] * 6])).logits[0, :4]
+        shifted = model.base_model(input_ids=torch.tensor([[0, 0, 5, 6, 7, 8]]),
+                                   attention_mask=torch.tensor([[0, 0, 1, 1, 1, 1]])).logits[0, 2:]
+    assert torch.allclose(left, alone, atol=1e-5) and torch.allclose(right, alone, atol=1e-5)
+    assert not torch.allclose(shifted, alone, atol=1e-3)  # the defect this guards against, on the bare model

@@ -123,7 +123,21 @@ class NTKModel(nn.Module):
         self.stored: dict[str, dict[str, torch.Tensor]] = {}  # the inactive adapters' tensors
 
     def forward(self, *args, **kwargs):
+        """The model's forward; without position_ids, they are derived from the attention mask (as generate()
+        does) wherever the model takes them, so that a padded row sees the positions it has alone: φ(Q) of
+        NTK-Attention reads each query's absolute (RoPE-rotated) value, which softmax attention does not."""
+        mask = kwargs.get("attention_mask")
+        if mask is not None and kwargs.get("position_ids") is None and self._takes_positions():
+            ids = kwargs.get("input_ids", args[0] if args else None)
+            length = (ids if ids is not None else kwargs["inputs_embeds"]).shape[1]
+            positions = mask.long().cumsum(-1) - 1
+            kwargs["position_ids"] = positions.masked_fill(mask == 0, 1)[:, -length:]
         return self.base_model(*args, **kwargs)
+
+    def _takes_positions(self) -> bool:
+        import inspect
+
+        return "position_ids" in inspect.signature(self.base_model.forward).parameters
 
     def generate(self, *args, **kwargs):
         return self.base_model.generate(*args, **kwargs)
