@@ -253,3 +253,21 @@ def test_left_and_right_padding_give_the_rows_own_outputs_without_positions(arch
                                    attention_mask=torch.tensor([[0, 0, 1, 1, 1, 1]])).logits[0, 2:]
     assert torch.allclose(left, alone, atol=1e-5) and torch.allclose(right, alone, atol=1e-5)
     assert not torch.allclose(shifted, alone, atol=1e-3)  # the defect this guards against, on the bare model
+
+
+def test_a_compiled_training_step_has_no_graph_breaks():
+    """Before: 25 graph breaks (torch.mul(..., out=<non-contiguous>) in the combination's backward, a
+    data-dependent branch in the CPU flash backward)."""
+    import torch._dynamo
+
+    model = get_ntk_model(causal("llama"), NTKConfig(options={"init": "paper"}))
+
+    def step(ids):
+        loss = model(input_ids=ids, labels=ids).loss
+        loss.backward()
+        return loss
+
+    torch._dynamo.reset()
+    explained = torch._dynamo.explain(step)(torch.randint(1, 100, (2, 8)))
+    torch._dynamo.reset()
+    assert explained.graph_break_count == 0 and explained.graph_count == 1, explained.break_reasons

@@ -117,7 +117,9 @@ def _fused_cpu_backward(q, k, v, mask, out, lse, g_out, g_lse, scale, is_causal)
     g_lse = g_lse.to(g_out.dtype).unsqueeze(-1)
     norm2 = (g_out * g_out).sum(-1, keepdim=True)
     shift = torch.where(g_lse == 0, 0.0, g_lse / norm2)
-    if torch.isfinite(shift).all() and torch.isfinite(norm2).all():  # then |shift·dO| ≤ |g_lse|/‖dO‖ is finite too
+    # the shift when every row's is finite (|shift·dO| ≤ |g_lse|/‖dO‖ is then finite too); under torch.compile always
+    # the widened column, which needs no data-dependent branch (a graph break)
+    if not torch.compiler.is_compiling() and torch.isfinite(shift).all() and torch.isfinite(norm2).all():
         return torch.ops.aten._scaled_dot_product_flash_attention_for_cpu_backward(
             g_out, q, k, v, torch.addcmul(out, shift, g_out, value=-1.0), lse, 0.0, is_causal, attn_mask=mask,
             scale=scale)
@@ -230,9 +232,7 @@ class _Combine(torch.autograd.Function):
         fz, fk = fzk[..., :-1], fzk[..., -1]
         u, w = (G * mean).sum(-1), (G * fz).sum(-1)
         GT = torch.addcmul(a * u, b, w)
-        d_fzk = torch.empty_like(fzk)
-        torch.mul(G, b.unsqueeze(-1), out=d_fzk[..., :-1])
-        d_fzk[..., -1] = -b * GT
+        d_fzk = torch.cat([G * b.unsqueeze(-1), (-b * GT).unsqueeze(-1)], dim=-1)  # no out=: compiles unbroken
         return G * a.unsqueeze(-1), (u - GT) / den, (w - fk * GT) / den, d_fzk
 
 
