@@ -162,3 +162,31 @@ def test_the_mean_interval_is_students_t():
     mean, lower, upper = rules.mean_interval([-0.5, -0.4, -0.6])
     assert mean == pytest.approx(-0.5) and lower == pytest.approx(-0.5 - 4.303 * 0.1 / np.sqrt(3), rel=1e-3)
     assert np.isnan(rules.mean_interval([-0.5])[1])
+
+
+# --- ntk compress (Eq. (4) on a real model) ---------------------------------------------------------------------
+
+def compress_summary(gain: tuple[float, float, float], growth: float):
+    """A planted summary.csv of ntk compress: one map beside none at m = 16 … 4096, its error ∝ m^growth."""
+    import pandas as pd
+
+    from ntkcli.experiments import compress
+
+    ms = [16, 256, 4096]
+    rows = [{"m": m, "method": "favor-64", "error_mean": 0.1 * (m / 16) ** growth, "gain_mean": gain[0],
+             "gain_low": gain[1], "gain_high": gain[2], "hit_mean": 0.5} for m in ms]
+    rows += [{"m": m, "method": compress.NONE, "error_mean": 1.0, "gain_mean": 0.0, "gain_low": 0.0, "gain_high": 0.0,
+              "hit_mean": 0.1} for m in ms]
+    return pd.DataFrame(rows)
+
+
+@pytest.mark.parametrize("gain, growth, expected", [
+    ((0.3, 0.2, 0.4), 0.1, (REPRODUCED, REPRODUCED)),
+    ((-0.3, -0.4, -0.2), 0.1, ("refuted at this scale", REPRODUCED)),  # worse than no context at all
+    ((0.01, -0.1, 0.1), 0.1, (INCONCLUSIVE, REPRODUCED)),
+    ((0.3, 0.2, 0.4), 1.0, (REPRODUCED, "refuted at this scale"))])  # the error grows like m itself
+def test_the_compress_claims_pass_and_fail_on_planted_summaries(gain, growth, expected):
+    from ntkcli.experiments import compress
+
+    got = tuple(c.verdict for c in compress.claims(compress_summary(gain, growth), "planted"))
+    assert got == expected
