@@ -445,3 +445,23 @@ def test_a_coupled_scaling_law_run_killed_by_sigkill_resumes_to_the_fresh_runs_c
             .reset_index(drop=True) for k in ("killed", "fresh"))
     pd.testing.assert_frame_equal(a, b)
     assert (killed.parent / "claims.csv").exists()
+
+
+@pytest.mark.parametrize("limit, used, version", [(2 * 2**30, 2**29, 2), (3 * 2**30, 2**30, 1)])
+def test_a_cgroup_memory_limit_binds_the_estimate(tmp_path, monkeypatch, limit, used, version):
+    """A container's cgroup limit (v2: memory.max, v1: memory/memory.limit_in_bytes) less its usage is what a run
+    may use; "max" (v2) or v1's huge number is no limit."""
+    from ntkcli import memory
+
+    folder = tmp_path if version == 2 else tmp_path / "memory"
+    folder.mkdir(exist_ok=True)
+    names = ("memory.max", "memory.current") if version == 2 else ("memory.limit_in_bytes", "memory.usage_in_bytes")
+    (folder / names[0]).write_text(f"{limit}\n")
+    (folder / names[1]).write_text(f"{used}\n")
+    monkeypatch.setattr(memory, "CGROUP", tmp_path)
+    have, what = memory.available()
+    assert have == limit - used and "cgroup" in what
+    assert "left under the cgroup's memory limit" in memory.beyond_memory(have + 1, "cpu")
+    assert memory.beyond_memory(have, "cpu") is None
+    (folder / names[0]).write_text("max\n" if version == 2 else f"{2**63 - 4096}\n")
+    assert "cgroup" not in memory.available()[1]
