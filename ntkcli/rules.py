@@ -57,7 +57,7 @@ def covers(lower: float, upper: float, value: float) -> str:
     return REPRODUCED if lower <= value <= upper else NOT_REPRODUCED
 
 
-# --- decay at a constant local rate (Thm 7.2 time law) ---------------------------------------------------------
+# --- decay at a local rate that does not slow (Thm 7.2 time law) -----------------------------------------------------
 
 @dataclass
 class RateTest:
@@ -126,7 +126,7 @@ def _rates(t: np.ndarray, mean: np.ndarray) -> tuple[float, float, float, tuple[
 
 
 def constant_rate(t, curves, *, n_boot: int = 200, seed: int = 0) -> RateTest:
-    """Does R(t) − R∞ decay at a constant local rate? `curves`: [seeds, len(t)] risks at the times t (t[0] the
+    """Does R(t) − R∞ decay at a local rate that does not slow down? `curves`: [seeds, len(t)] risks at the times t (t[0] the
     start). R∞ is the mean over t ≥ T/2, checked by the tail's own drop; the rates come from the times at which the
     seed-mean excess crosses 30%, 3% and 0.3% of its start. The ratio's interval resamples seeds."""
     t, curves = np.asarray(t, float), np.atleast_2d(np.asarray(curves, float))
