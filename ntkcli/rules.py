@@ -127,8 +127,9 @@ def _rates(t: np.ndarray, mean: np.ndarray) -> tuple[float, float, float, tuple[
 
 def constant_rate(t, curves, *, n_boot: int = 200, seed: int = 0) -> RateTest:
     """Does R(t) − R∞ decay at a local rate that does not slow down? `curves`: [seeds, len(t)] risks at the
-    times t (t[0] the start). R∞ is the mean over t ≥ T/2, checked by the tail's own drop; the rates come from the times at which the
-    seed-mean excess crosses 30%, 3% and 0.3% of its start. The ratio's interval resamples seeds."""
+    times t (t[0] the start). R∞ is the mean over t ≥ T/2, checked by the tail's own drop; the rates come from the
+    times at which the seed-mean excess crosses 30%, 3% and 0.3% of its start. The ratio's interval resamples
+    seeds."""
     t, curves = np.asarray(t, float), np.atleast_2d(np.asarray(curves, float))
     floor, tail_drop, reached, rates = _rates(t, curves.mean(0))
     ratio = rates[1] / rates[0]

@@ -369,7 +369,8 @@ def _gather_shards(run: Run, world: int) -> None:
 
 
 THEORY = {
-    "time": ("R(T) − R∞ decays at a local rate that does not slow (exp(−ε²ξ²T/N²)) to a floor O(ξ²/N)", "Thm 7.2 time law"),
+    "time": ("R(T) − R∞ decays at a local rate that does not slow (exp(−ε²ξ²T/N²)) to a floor O(ξ²/N)",
+             "Thm 7.2 time law"),
     "data": ("risk ≤ O(ξ²/N), fitted A·N^(−α) without an offset: α ≥ 1", "Thm 7.2 data law"),
     "data_offset": ("the same law fitted with a free offset, E + A·N^(−α): α ≥ 1", "Thm 7.2 data law, offset fit"),
     "model": ("risk ≤ ξ²·M^(−ζ), ζ ∈ (0, 1/3), per depth: α > 0 and never rising with M", "Thm 7.2 model law"),
