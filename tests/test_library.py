@@ -200,13 +200,13 @@ def test_an_init_that_needs_separate_projections_says_so_on_a_fused_model():
 EXAMPLES = Path(__file__).resolve().parents[1] / "docs" / "library.md"
 
 
-@pytest.mark.parametrize("index", range(4))
+@pytest.mark.parametrize("index", range(5))
 def test_every_example_of_docs_library_runs(index, tmp_path):
     """Each ```python block of docs/library.md, run as a script in a fresh process (offline)."""
     import re
 
     blocks = re.findall(r"```python\n(.*?)```", EXAMPLES.read_text(), re.S)
-    assert len(blocks) == 4
+    assert len(blocks) == 5
     script = tmp_path / "example.py"
     script.write_text(blocks[index])
     done = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, cwd=tmp_path, timeout=300,
@@ -271,3 +271,34 @@ def test_a_compiled_training_step_has_no_graph_breaks():
     explained = torch._dynamo.explain(step)(torch.randint(1, 100, (2, 8)))
     torch._dynamo.reset()
     assert explained.graph_break_count == 0 and explained.graph_count == 1, explained.break_reasons
+
+
+TRAINER_RELOAD = """
+import sys, torch
+sys.path.insert(0, {tests!r})
+from test_library import classifier, logits
+from ntkcli.adapters.model import NTKModel
+torch.save(logits(NTKModel.from_pretrained(classifier(), {path!r}).eval()), {out!r})
+"""
+
+
+def test_the_trainer_trains_and_saves_the_adapter_which_reloads_exactly_in_a_new_process(tmp_path):
+    """Before: Trainer.save_model wrote the whole model with the ntk_* keys, and from_pretrained on that folder ran
+    plain SDPA (the adapter silently gone). Now it writes adapter_config.json and adapter_model.safetensors."""
+    from datasets import Dataset
+    from transformers import Trainer, TrainingArguments
+
+    model = get_ntk_model(classifier(), NTKConfig(options={"init": "paper"}))
+    rows = Dataset.from_dict({"input_ids": [[5, 6, 7, 8, 9]] * 8 + [[11, 12, 13, 14, 15]] * 8, "labels": [0] * 8 + [1] * 8})
+    args = TrainingArguments(str(tmp_path / "run"), num_train_epochs=2, per_device_train_batch_size=4, learning_rate=0.05,
+                             report_to=[], use_cpu=True, save_strategy="no", seed=0)
+    trainer = Trainer(model=model, args=args, train_dataset=rows)
+    trainer.train()
+    trainer.save_model(str(tmp_path / "saved"))
+    assert sorted(p.name for p in (tmp_path / "saved").iterdir() if p.suffix in (".json", ".safetensors")) == \
+        [CONFIG_NAME, WEIGHTS_NAME]
+    want = logits(model.eval())
+    assert not torch.allclose(want, logits(classifier()), atol=1e-3)  # it trained
+    script = TRAINER_RELOAD.format(tests=str(Path(__file__).parent), path=str(tmp_path / "saved"), out=str(tmp_path / "t"))
+    subprocess.run([sys.executable, "-c", script], check=True, capture_output=True)
+    assert torch.equal(torch.load(tmp_path / "t"), want)

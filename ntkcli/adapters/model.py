@@ -11,6 +11,7 @@ the base model's class, every tensor's name and shape; any mismatch is one Value
 from __future__ import annotations
 
 import contextlib
+import functools
 import json
 from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
@@ -18,6 +19,7 @@ from typing import Iterator
 
 import torch
 from torch import nn
+from transformers import PreTrainedModel
 
 from .. import __version__
 from . import ntk, ptuning_v2
@@ -105,22 +107,28 @@ def check_tensors(got: dict[str, torch.Tensor], want: dict[str, torch.Tensor], w
                              f"{tuple(want[name].shape)}")
 
 
-class NTKModel(nn.Module):
-    """A Hugging Face model with an attention-level method injected; forward and generate are the model's."""
+class NTKModel(PreTrainedModel):
+    """A Hugging Face model with an attention-level method injected; forward and generate are the model's. A
+    PreTrainedModel (sharing the base model's config) for the Trainer's sake: its save_model then calls our
+    save_pretrained, which writes the adapter, as it does for peft's PeftModel."""
+
+    _supports_sdpa = _supports_flash_attn = _supports_flex_attn = _supports_attention_backend = True
 
     def __init__(self, model: nn.Module, config: NTKConfig, adapter_name: str = "default",
                  calibration: dict | None = None):
         from . import inject
 
-        super().__init__()
+        super().__init__(model.config)
         self.original_attention = model.config._attn_implementation
         config.base_model_class = config.base_model_class or type(model).__name__
         config.base_model_name_or_path = (config.base_model_name_or_path
                                           or getattr(model.config, "_name_or_path", None) or None)
-        self.base_model = inject(model, config.method, calibration=calibration, **config.options).model
+        self.wrapped = inject(model, config.method, calibration=calibration, **config.options).model
         self.peft_config = {adapter_name: config}
         self.active_adapter = adapter_name
         self.stored: dict[str, dict[str, torch.Tensor]] = {}  # the inactive adapters' tensors
+        # the forward shows the base model's signature, which the Trainer reads to keep the dataset's columns
+        self.forward = functools.wraps(self.base_model.forward)(functools.partial(NTKModel.forward, self))
 
     def forward(self, *args, **kwargs):
         """The model's forward; without position_ids, they are derived from the attention mask (as generate()
@@ -143,8 +151,12 @@ class NTKModel(nn.Module):
         return self.base_model.generate(*args, **kwargs)
 
     @property
-    def config(self):
-        return self.base_model.config
+    def base_model(self) -> nn.Module:
+        """The model the method was injected into (peft's name for it)."""
+        return self.wrapped
+
+    def get_input_embeddings(self) -> nn.Module:
+        return self.wrapped.get_input_embeddings()
 
     @property
     def method(self) -> str:
