@@ -176,7 +176,7 @@ def test_coupled_points_carry_each_ns_width_and_epsilon():
 COUPLED = dict(transformer={"d": 4, "seq_len": 3}, noise=0.1, n_values=[2, 4, 8], widths=[4, 16, 128], depths=[1, 2],
                base_n=4, base_width=16, epsilon_rule="xi/N", width_rule="cube", lr_rule="epsilon", model_zeta=0.25,
                steps=4000, checkpoints=40, seeds=3, bootstrap=50, sweeps=["time", "data", "model"])
-BREAK = dict(COUPLED, noise=1.0, n_values=[2, 4, 8, 16], widths=[4, 16, 128, 1024], depths=[1], base_n=4,
+BREAK = dict(COUPLED, noise=1.0, n_values=[2, 4, 8, 16], widths=[4, 16, 128, 1024], depths=[1], base_n=4, bootstrap=20,
              steps=20000, sweeps=["compute"], model_zeta=None)
 
 
