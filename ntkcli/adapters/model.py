@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import inspect
 import json
 from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
@@ -127,6 +128,7 @@ class NTKModel(PreTrainedModel):
         self.peft_config = {adapter_name: config}
         self.active_adapter = adapter_name
         self.stored: dict[str, dict[str, torch.Tensor]] = {}  # the inactive adapters' tensors
+        self.takes_positions = "position_ids" in inspect.signature(self.base_model.forward).parameters
         # the forward shows the base model's signature, which the Trainer reads to keep the dataset's columns
         self.forward = functools.wraps(self.base_model.forward)(functools.partial(NTKModel.forward, self))
 
@@ -135,17 +137,12 @@ class NTKModel(PreTrainedModel):
         does) wherever the model takes them, so that a padded row sees the positions it has alone: φ(Q) of
         NTK-Attention reads each query's absolute (RoPE-rotated) value, which softmax attention does not."""
         mask = kwargs.get("attention_mask")
-        if mask is not None and kwargs.get("position_ids") is None and self._takes_positions():
+        if mask is not None and kwargs.get("position_ids") is None and self.takes_positions:
             ids = kwargs.get("input_ids", args[0] if args else None)
             length = (ids if ids is not None else kwargs["inputs_embeds"]).shape[1]
             positions = mask.long().cumsum(-1) - 1
             kwargs["position_ids"] = positions.masked_fill(mask == 0, 1)[:, -length:]
         return self.base_model(*args, **kwargs)
-
-    def _takes_positions(self) -> bool:
-        import inspect
-
-        return "position_ids" in inspect.signature(self.base_model.forward).parameters
 
     def generate(self, *args, **kwargs):
         return self.base_model.generate(*args, **kwargs)
@@ -191,10 +188,15 @@ class NTKModel(PreTrainedModel):
             return
         live = adapter_tensors(self.base_model, self.method)
         self.stored[self.active_adapter] = {n: t.detach().clone() for n, t in live.items()}
-        with torch.no_grad():
-            for name, tensor in self.stored.pop(adapter_name).items():
-                live[name].copy_(tensor)
+        self._copy_in(self.stored.pop(adapter_name))
         self.active_adapter = adapter_name
+
+    def _copy_in(self, tensors: dict[str, torch.Tensor]) -> None:
+        """Write an adapter's tensors into the live model (the active adapter's place)."""
+        live = adapter_tensors(self.base_model, self.method)
+        with torch.no_grad():
+            for name, tensor in tensors.items():
+                live[name].copy_(tensor)
 
     # --- saving and loading ---------------------------------------------------------------------------------
 
@@ -212,15 +214,13 @@ class NTKModel(PreTrainedModel):
         self.peft_config[name].save(directory)
         return directory
 
-    def _read(self, directory: str | Path) -> tuple[NTKConfig, dict[str, torch.Tensor]]:
-        """A saved adapter's config and tensors, checked against this model: class, method, tensor names, shapes."""
+    def _read(self, directory: str | Path, config: NTKConfig) -> dict[str, torch.Tensor]:
+        """The tensors of the adapter saved in `directory` with `config`, checked against this model: class, method,
+        tensor names, shapes."""
         from safetensors import SafetensorError
         from safetensors.torch import load_file
 
-        config = NTKConfig.load(directory)
-        mine = type(self.base_model).__name__
-        if config.base_model_class not in (None, mine):
-            raise ValueError(f"the adapter in {directory} was made for {config.base_model_class}, not {mine}")
+        _check_base(config, self.base_model, directory)
         if config.method != self.method:
             raise ValueError(f"the adapter in {directory} is {config.method}; this model's adapters are {self.method}")
         try:
@@ -228,22 +228,16 @@ class NTKModel(PreTrainedModel):
         except (FileNotFoundError, SafetensorError, OSError) as err:
             raise ValueError(f"cannot read {Path(directory) / WEIGHTS_NAME} ({err})") from None
         check_tensors(tensors, adapter_tensors(self.base_model, self.method), f"the adapter in {directory}")
-        return config, tensors
+        return tensors
 
     @classmethod
     def from_pretrained(cls, model: nn.Module, directory: str | Path, adapter_name: str = "default") -> "NTKModel":
         """The saved adapter in `directory` on `model` (the same base model it was trained on)."""
         config = NTKConfig.load(directory)
+        _check_base(config, model, directory)  # before the method goes into `model`
         fresh = NTKConfig(config.method, _untrained(config), config.base_model_class, config.base_model_name_or_path)
-        if config.base_model_class not in (None, type(model).__name__):
-            raise ValueError(f"the adapter in {directory} was made for {config.base_model_class}, not "
-                             f"{type(model).__name__}")
         wrapped = cls(model, fresh, adapter_name)
-        config, tensors = wrapped._read(directory)
-        with torch.no_grad():
-            live = adapter_tensors(wrapped.base_model, config.method)
-            for name, tensor in tensors.items():
-                live[name].copy_(tensor)
+        wrapped._copy_in(wrapped._read(directory, config))
         wrapped.peft_config[adapter_name] = config
         return wrapped
 
@@ -252,9 +246,16 @@ class NTKModel(PreTrainedModel):
         set_adapter)."""
         if adapter_name in self.peft_config:
             raise ValueError(f"an adapter named {adapter_name!r} is loaded already")
-        config, tensors = self._read(directory)
+        config = NTKConfig.load(directory)
+        self.stored[adapter_name] = self._read(directory, config)
         self.peft_config[adapter_name] = config
-        self.stored[adapter_name] = tensors
+
+
+def _check_base(config: NTKConfig, model: nn.Module, directory) -> None:
+    """One error when the adapter was saved for another class of model."""
+    if config.base_model_class not in (None, type(model).__name__):
+        raise ValueError(f"the adapter in {directory} was made for {config.base_model_class}, not "
+                         f"{type(model).__name__}")
 
 
 def _untrained(config: NTKConfig) -> dict:

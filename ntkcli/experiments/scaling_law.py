@@ -564,15 +564,15 @@ def _breakpoint_law(cfg: ScalingLawRecipe, df: pd.DataFrame, boot: dict, conditi
     if len(ns) < 3:
         return rows, _law("breakpoint", f"C* fitted for {len(ns)} N (3 needed)",
                           rules.judge(conditions, lambda: NOT_RUN)), curves
-    theory = np.log(eq3_compute(cfg, ns))
+    theory, xstar = np.log(eq3_compute(cfg, ns)), np.array([stars[n].params["xstar"] for n in ns])
     count = min(len(stars[n].draws) for n in ns)  # paired bootstrap draws across N
-    slope = np.polyfit(theory, np.log([stars[n].params["xstar"] for n in ns]), 1)[0]
+    slope = np.polyfit(theory, np.log(xstar), 1)[0]
     draws = [np.polyfit(theory, np.log([stars[n].draws[j]["xstar"] for n in ns]), 1)[0] for j in range(count)]
     fit = fitting.Fit({"slope": slope}, float("nan"), {"slope": float(np.percentile(draws, 2.5))},
                       {"slope": float(np.percentile(draws, 97.5))}, law="line")
     rows += fit.rows(law="breakpoint", group="N " + ",".join(map(str, ns)), form="log C* = c + slope·log C*_Eq3")
-    curves["breakpoint"] = (ns, np.array([stars[n].params["xstar"] for n in ns]), eq3_compute(cfg, ns), fit)
-    against_n = np.polyfit(np.log(ns), np.log([stars[n].params["xstar"] for n in ns]), 1)[0]
+    curves["breakpoint"] = (ns, xstar, eq3_compute(cfg, ns), fit)
+    against_n = np.polyfit(np.log(ns), np.log(xstar), 1)[0]
     measured = (f"slope on Eq. (3) = {fit.interval('slope')} over N = {list(map(int, ns))} (log C* ∝ N^{against_n:.2f}); "
                 f"Eq. (3) inside the compute range for N = {inside or 'none'}")
     verdict_ = rules.judge(conditions, lambda: rules.covers(fit.lower["slope"], fit.upper["slope"], 1.0))
