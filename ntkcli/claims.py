@@ -19,11 +19,13 @@ REPRODUCED, NOT_REPRODUCED, NOT_RUN = "reproduced", "not reproduced", "not run a
 REFUTED, INCONCLUSIVE = "refuted at this scale", "inconclusive at this scale"
 # a comparison on tasks where not even full fine-tuning or LoRA beats the majority class: not measured
 NO_SIGNAL = "no signal at this scale"
+# a comparison where one of its two methods does not beat the majority class: not a comparison of methods
+NOT_COMPARABLE = "not comparable at this scale"
 # a theory claim whose assumed regime (couplings, widths, step, T) the sweep does not meet; the condition follows
 OUTSIDE = "outside the theorem's regime at this scale"
 # every run behind a claim became NaN or infinite: nothing was measured; the field to lower follows
 DIVERGED = "diverged"
-VERDICTS = (REPRODUCED, NOT_REPRODUCED, REFUTED, INCONCLUSIVE, NO_SIGNAL, OUTSIDE, DIVERGED, NOT_RUN)
+VERDICTS = (REPRODUCED, NOT_REPRODUCED, REFUTED, INCONCLUSIVE, NO_SIGNAL, NOT_COMPARABLE, OUTSIDE, DIVERGED, NOT_RUN)
 
 
 def verdict(ok: bool) -> str:

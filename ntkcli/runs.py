@@ -293,8 +293,10 @@ class Results:
         return [p for p in points if tuple(p) not in self.done]
 
     def add(self, rows: pd.DataFrame | list[dict]) -> None:
-        """New rows, saved at once."""
-        self.frames.append(rows if isinstance(rows, pd.DataFrame) else pd.DataFrame(rows))
+        """New rows, saved at once; their points count as done."""
+        rows = rows if isinstance(rows, pd.DataFrame) else pd.DataFrame(rows)
+        self.frames.append(rows)
+        self.done |= set(rows[self.keys].itertuples(index=False, name=None))
         if self.write:
             self.run.save_csv(self.name, self.table())
 

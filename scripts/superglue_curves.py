@@ -20,9 +20,9 @@ import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 
 from ntkcli.experiments.finetune import Inputs, train_method  # noqa: E402
-from ntkcli.experiments.superglue import Prepared, Split, grid, prepare, subset  # noqa: E402
+from ntkcli.experiments.superglue import OFFICIAL, Prepared, Split, prepare  # noqa: E402
 from ntkcli.experiments.superglue.recipe import SuperGlueRecipe  # noqa: E402
-from ntkcli.experiments.superglue.tasks import TASKS  # noqa: E402
+from ntkcli.experiments.superglue.tasks import TASKS, carve  # noqa: E402
 from ntkcli.figures import pyplot  # noqa: E402
 from ntkcli.recipes import load_recipe, parse_overrides  # noqa: E402
 from ntkcli.runs import Results, Run, tune_malloc  # noqa: E402
@@ -30,10 +30,19 @@ from ntkcli.runs import Results, Run, tune_malloc  # noqa: E402
 KEYS = ["task", "method", "precision", "rows"]
 
 
+def subset(split: Split, n: int, seed: int) -> Split:
+    """About n rows of a split (whole groups, stratified by label), seeded; all of it when n covers it."""
+    if n >= len(split.labels):
+        return split
+    keep = carve(split.labels, split.groups, n, seed)[1]
+    return Split(split.rows.select(keep), split.labels[keep], split.groups[keep], split.index[keep])
+
+
 def curve(cfg: SuperGlueRecipe, prep: Prepared, task: str, method, fit: Split) -> pd.DataFrame:
     """One method's held-out accuracy after every epoch, trained on `fit`, at the middle step of its grid."""
-    _, lr = grid(method)[len(grid(method)) // 2]
-    inputs = Inputs(prep.device, fit.rows, prep.tasks[task].val.rows, prep.collator)
+    lrs = cfg.lrs(method)
+    inputs = Inputs(prep.device, fit.rows, prep.tasks[task].folds[OFFICIAL].held.rows, prep.collator)
+    lr = lrs[len(lrs) // 2]
     rows = train_method(cfg, method.candidates()[0], cfg.seeds[0], lr, inputs, lambda n=1: None,
                         num_labels=len(TASKS[task].labels), epochs=cfg.epochs(task)).rows
     return rows[["epoch", "accuracy", "train_seconds", "lr"]]
@@ -60,7 +69,7 @@ def main() -> None:
         raise SystemExit(f"the recipe has no {missing[0]} method")
     methods = [next(m for m in cfg.methods if m.kind == kind) for kind in kinds]  # the first of each kind
     for task in [] if args.plot_only else cfg.data.tasks:
-        fit = prep.tasks[task].fit
+        fit = prep.tasks[task].folds[OFFICIAL].fit
         for share in map(float, args.rows.split(",")):
             part = subset(fit, max(2, round(share * len(fit.labels))), cfg.seed)
             for method in methods:
@@ -80,8 +89,9 @@ def figure(table: pd.DataFrame, prep: Prepared):
     tasks = list(dict.fromkeys(table.task))
     fig, axes = plt.subplots(1, len(tasks), figsize=(4 * len(tasks), 3.6), squeeze=False)
     for ax, task in zip(axes[0], tasks):
-        val = prep.tasks[task].val.labels
-        ax.axhline(100 * np.mean(val == np.bincount(prep.tasks[task].fit.labels).argmax()), color="grey", ls=":",
+        fold = prep.tasks[task].folds[OFFICIAL]
+        val = fold.held.labels
+        ax.axhline(100 * np.mean(val == np.bincount(fold.fit.labels).argmax()), color="grey", ls=":",
                    label="majority class")
         for i, ((method, rows), g) in enumerate(table[table.task == task].groupby(["method", "rows"], sort=False)):
             ax.plot(g.epoch, 100 * g.accuracy, "o-", ms=3, color=f"C{list(dict.fromkeys(table.method)).index(method)}",

@@ -465,3 +465,33 @@ def test_a_cgroup_memory_limit_binds_the_estimate(tmp_path, monkeypatch, limit, 
     assert memory.beyond_memory(have, "cpu") is None
     (folder / names[0]).write_text("max\n" if version == 2 else f"{2**63 - 4096}\n")
     assert "cgroup" not in memory.available()[1]
+
+
+def test_a_superglue_run_by_folds_killed_by_sigkill_resumes_to_the_fresh_runs_csv(tmp_path):
+    """kill -9 a superglue run scored by 3 folds (plus the official split) once six runs are saved, resume it:
+    results.csv and predictions.csv equal a fresh run's (but for the timings), and the tables are written."""
+    from test_superglue import recipe, write_superglue
+
+    path = recipe(tmp_path, write_superglue(tmp_path / "sg"), data={"folds": {"cb": 3}}, seeds=[0])
+    killed = tmp_path / "killed" / "superglue" / "sg" / "results.csv"
+    child = subprocess.Popen([sys.executable, "-c", "from ntkcli.cli import app; app()", "superglue", str(path),
+                              "--out", str(tmp_path / "killed")], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    for _ in range(3000):
+        if (killed.exists() and len(killed.read_text().splitlines()) > 6) or child.poll() is not None:
+            break
+        time.sleep(0.1)
+    child.kill()
+    child.wait()
+    assert killed.exists() and not (killed.parent / "run.json").exists(), "the run ended before it was killed"
+    assert invoke("superglue", path, "--out", tmp_path / "killed").exit_code == 0
+    assert invoke("superglue", path, "--out", tmp_path / "fresh").exit_code == 0
+    timings = ["train_seconds", "examples_per_s", "peak_mem_mb"]
+    for name, keys in (("results.csv", KEYS_SG), ("predictions.csv", [*KEYS_SG, "row"])):
+        a, b = (pd.read_csv(tmp_path / k / "superglue" / "sg" / name).drop(columns=timings, errors="ignore")
+                .sort_values(keys).reset_index(drop=True) for k in ("killed", "fresh"))
+        pd.testing.assert_frame_equal(a, b)
+    assert set(pd.read_csv(killed).fold) == {"val", "cv0", "cv1", "cv2"}
+    assert (killed.parent / "claims.csv").exists() and (killed.parent / "summary.csv").exists()
+
+
+KEYS_SG = ["stage", "task", "fold", "method", "variant", "lr", "seed"]

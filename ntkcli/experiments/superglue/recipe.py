@@ -31,6 +31,10 @@ class SuperGlueData(Section):
     max_eval: dict[TaskName, int] = Field({}, description="task → at most this many evaluation rows")  # type: ignore[valid-type]
     carve_eval: float = Field(0.5, gt=0, lt=1, description="a task without a train split (the shared BoolQ): the "
                               "share of its validation file held out for evaluation; the rest is train")
+    folds: dict[TaskName, Annotated[int, Field(ge=2, le=1000)]] = Field(  # type: ignore[valid-type]
+        {}, description="task → k: also score the task by stratified k-fold cross-validation over train ∪ "
+        "validation (each fold's step chosen inside its own training part; the first seed only), beside the "
+        "official split")
 
     def length(self, task: str) -> int:
         return self.max_lengths.get(task, self.max_length)
@@ -43,21 +47,32 @@ class SuperGlueData(Section):
         return self
 
 
+GRID = [0.0003, 0.001, 0.003, 0.01, 0.03]  # the one step grid of every PEFT method (3e-4 … 3e-2)
+
+
 class Selection(Section):
-    """How each (task, method)'s learning rate is chosen: on a share of train held out, never the evaluation split."""
+    """How each (task, method)'s learning rate is chosen: on a share of train held out, never the evaluation split;
+    and how the comparisons are judged."""
 
     val_fraction: float = Field(0.2, gt=0, lt=1, description="share of train held out to choose the step")
+    grid: list[PositiveFloat] = Field(GRID, min_length=1, description="the step grid of every method that gives "
+                                      "no `lrs` of its own (the same grid for every PEFT method)")
+    grow: int = Field(2, ge=0, le=10, description="a chosen step at an edge of its grid adds up to this many "
+                      "points beyond that edge, one at a time (the grid's own ratio)")
     bootstrap: int = Field(2000, ge=100, le=100_000, description="bootstrap replicates of the paired intervals")
+    margin: float = Field(2.0, ge=0, le=100, allow_inf_nan=False, description="non-inferiority margin δ in "
+                          "accuracy points, fixed before the run: NTK-Attention ≥ LoRA − δ")
 
 
 METHOD = TypeAdapter(MethodSpec)
 
 
 class TunedMethod(Section):
-    """A method entry (as in `ntk finetune`) plus `lrs`, its grid, and optional `variants` (option overrides)."""
+    """A method entry (as in `ntk finetune`) plus `lrs`, its grid (selection.grid when not given), and optional
+    `variants` (option overrides)."""
 
     spec: MethodSpec  # type: ignore[valid-type]
-    lrs: list[PositiveFloat] = Field(..., min_length=1)
+    lrs: list[PositiveFloat] | None = Field(None, min_length=1)
     variants: list[dict[str, Any]] = Field([{}], min_length=1)
 
     @model_validator(mode="before")
@@ -101,6 +116,10 @@ class SuperGlueRecipe(Recipe):
     methods: list[TunedMethod] = Field(..., min_length=1)
     seeds: list[Seed] = Field([0, 1, 2], min_length=1)
     selection: Selection = Selection()
+
+    def lrs(self, method: TunedMethod) -> list[float]:
+        """A method's step grid, in increasing order."""
+        return sorted(method.lrs or self.selection.grid)
 
     def epochs(self, task: str) -> int:
         """Training epochs of the task's runs."""

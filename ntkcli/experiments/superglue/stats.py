@@ -45,3 +45,12 @@ def difference(pairs: list[tuple[np.ndarray, np.ndarray, np.ndarray]], replicate
     mean = float(np.mean([np.mean(a) - np.mean(b) for a, b, _ in pairs]))
     tail = 100 * (1 - level) / 2
     return Difference(mean, float(np.percentile(draws, tail)), float(np.percentile(draws, 100 - tail)))
+
+
+NONINFERIOR, INFERIOR = "non-inferior", "inferior"
+
+
+def noninferiority(d: Difference, margin: float) -> str:
+    """a ≥ b − δ (δ = `margin`, in the differences' own unit): non-inferior when the interval lies above −δ,
+    inferior when it lies below −δ, inconclusive when it contains −δ."""
+    return NONINFERIOR if d.low > -margin else INFERIOR if d.high < -margin else INCONCLUSIVE

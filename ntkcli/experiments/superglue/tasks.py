@@ -130,6 +130,24 @@ def carve(labels, groups, size: float | int, seed: int) -> tuple[np.ndarray, np.
     return np.sort(kept), np.sort(held)
 
 
+def folds(labels, groups, k: int, seed: int) -> list[np.ndarray]:
+    """k seeded folds of the rows (each fold's rows, sorted): disjoint, covering every row, stratified by label, or
+    by whole groups when rows share them (MultiRC's questions)."""
+    from sklearn.model_selection import GroupKFold, KFold, StratifiedKFold
+
+    labels, groups = np.asarray(labels), np.asarray(groups)
+    units = len(set(groups))
+    if k > units:
+        raise UserError(f"{k} folds need at least {k} rows (groups), but there are {units}; lower data.folds")
+    if units == len(groups):
+        counts = np.bincount(labels)
+        splitter = (StratifiedKFold if counts[counts > 0].min() >= k else KFold)(k, shuffle=True, random_state=seed)
+        parts = splitter.split(np.zeros(len(labels)), labels)
+    else:
+        parts = GroupKFold(k, shuffle=True, random_state=seed).split(np.zeros(len(labels)), labels, groups)
+    return [np.sort(held) for _, held in parts]
+
+
 def limit(ds, n: int | None, seed: int):
     """At most about n rows (whole groups), seeded; all of ds when n is None or larger."""
     if n is None or n >= len(ds):
