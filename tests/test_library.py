@@ -200,13 +200,13 @@ def test_an_init_that_needs_separate_projections_says_so_on_a_fused_model():
 EXAMPLES = Path(__file__).resolve().parents[1] / "docs" / "library.md"
 
 
-@pytest.mark.parametrize("index", range(5))
+@pytest.mark.parametrize("index", range(6))
 def test_every_example_of_docs_library_runs(index, tmp_path, monkeypatch):
     """Each ```python block of docs/library.md, run as a script of its own (a fresh namespace, offline)."""
     import re
 
     blocks = re.findall(r"```python\n(.*?)```", EXAMPLES.read_text(), re.S)
-    assert len(blocks) == 5
+    assert len(blocks) == 6
     monkeypatch.chdir(tmp_path)
     exec(compile(blocks[index], f"docs/library.md example {index + 1}", "exec"), {"__name__": "__main__"})
 
@@ -232,6 +232,35 @@ def test_ntk_on_a_peft_lora_model_keeps_both_trainable_and_each_saves_its_own(tm
         tmp_path / "lora" / "adapter_model.safetensors"))
     assert ntk_names and all(n.rsplit(".", 1)[-1] in ntk.STATE for n in ntk_names)
     assert lora_names and all("lora_" in n for n in lora_names)
+
+
+def test_peft_on_an_ntk_model_keeps_both_trainable_and_each_reloads_exactly(tmp_path):
+    """Before: get_peft_model on an NTK model froze the (Z, k), and its save left them out (and the wrapper's own
+    `peft_config` attribute took peft's LoraConfig in place of the NTK config)."""
+    from peft import LoraConfig, PeftModel, get_peft_model
+
+    from ntkcli.adapters.model import peft_on_ntk
+
+    config = LoraConfig(r=4, target_modules=["q_proj", "v_proj"], lora_dropout=0.0)
+    frozen = get_peft_model(get_ntk_model(causal("llama"), NTKConfig(options={"init": "paper"})), config)
+    assert not any(p.requires_grad for n, p in frozen.named_parameters() if n.endswith("ntk_Z"))  # the defect
+    model = get_ntk_model(causal("llama"), NTKConfig(options={"init": "paper"}))
+    both = peft_on_ntk(model, config)
+    trainable = {n for n, p in both.named_parameters() if p.requires_grad}
+    assert any("lora_B" in n for n in trainable) and any(n.endswith("ntk_Z") for n in trainable)
+    before = {n: p.detach().clone() for n, p in both.named_parameters() if p.requires_grad}
+    trained(both)
+    after = dict(both.named_parameters())
+    assert any(not torch.equal(t, after[n]) for n, t in before.items() if "lora_B" in n)
+    assert any(not torch.equal(t, after[n]) for n, t in before.items() if n.endswith("ntk_Z"))
+    assert model.method == "ntk"  # the NTK config survived peft
+    both.save_pretrained(tmp_path / "lora")
+    model.save_pretrained(tmp_path / "ntk")
+    expected = logits(both.eval())
+    again = PeftModel.from_pretrained(NTKModel.from_pretrained(causal("llama"), tmp_path / "ntk"), tmp_path / "lora")
+    assert torch.equal(logits(again.eval()), expected)
+    without_ntk = PeftModel.from_pretrained(causal("llama"), tmp_path / "lora")
+    assert not torch.allclose(logits(without_ntk.eval()), expected, atol=1e-4)  # the NTK tensors matter
 
 
 @pytest.mark.parametrize("arch", CAUSAL)

@@ -125,7 +125,7 @@ class NTKModel(PreTrainedModel):
         config.base_model_name_or_path = (config.base_model_name_or_path
                                           or getattr(model.config, "_name_or_path", None) or None)
         self.wrapped = inject(model, config.method, calibration=calibration, **config.options).model
-        self.peft_config = {adapter_name: config}
+        self.ntk_configs = {adapter_name: config}
         self.active_adapter = adapter_name
         self.stored: dict[str, dict[str, torch.Tensor]] = {}  # the inactive adapters' tensors
         self.takes_positions = "position_ids" in inspect.signature(self.base_model.forward).parameters
@@ -157,7 +157,7 @@ class NTKModel(PreTrainedModel):
 
     @property
     def method(self) -> str:
-        return self.peft_config[self.active_adapter].method
+        return self.ntk_configs[self.active_adapter].method
 
     # --- parameters -----------------------------------------------------------------------------------------
 
@@ -182,8 +182,8 @@ class NTKModel(PreTrainedModel):
 
     def set_adapter(self, adapter_name: str) -> None:
         """Make a loaded adapter the active one: its tensors are copied into the model (no merge)."""
-        if adapter_name not in self.peft_config:
-            raise ValueError(f"no adapter named {adapter_name!r} (loaded: {', '.join(self.peft_config)})")
+        if adapter_name not in self.ntk_configs:
+            raise ValueError(f"no adapter named {adapter_name!r} (loaded: {', '.join(self.ntk_configs)})")
         if adapter_name == self.active_adapter:
             return
         live = adapter_tensors(self.base_model, self.method)
@@ -211,7 +211,7 @@ class NTKModel(PreTrainedModel):
         tensors = (adapter_tensors(self.base_model, self.method) if name == self.active_adapter
                    else self.stored[name])
         save_file({n: t.detach().cpu().contiguous() for n, t in tensors.items()}, directory / WEIGHTS_NAME)
-        self.peft_config[name].save(directory)
+        self.ntk_configs[name].save(directory)
         return directory
 
     def _read(self, directory: str | Path, config: NTKConfig) -> dict[str, torch.Tensor]:
@@ -238,17 +238,17 @@ class NTKModel(PreTrainedModel):
         fresh = NTKConfig(config.method, _untrained(config), config.base_model_class, config.base_model_name_or_path)
         wrapped = cls(model, fresh, adapter_name)
         wrapped._copy_in(wrapped._read(directory, config))
-        wrapped.peft_config[adapter_name] = config
+        wrapped.ntk_configs[adapter_name] = config
         return wrapped
 
     def load_adapter(self, directory: str | Path, adapter_name: str) -> None:
         """Load another saved adapter of the same method and shapes under `adapter_name` (inactive until
         set_adapter)."""
-        if adapter_name in self.peft_config:
+        if adapter_name in self.ntk_configs:
             raise ValueError(f"an adapter named {adapter_name!r} is loaded already")
         config = NTKConfig.load(directory)
         self.stored[adapter_name] = self._read(directory, config)
-        self.peft_config[adapter_name] = config
+        self.ntk_configs[adapter_name] = config
 
 
 def _check_base(config: NTKConfig, model: nn.Module, directory) -> None:
@@ -269,3 +269,16 @@ def get_ntk_model(model: nn.Module, config: NTKConfig | None = None, adapter_nam
                   calibration: dict | None = None) -> NTKModel:
     """peft's get_peft_model for NTK-Attention: the backbone frozen (the task head trainable), the method added."""
     return NTKModel(model, config or NTKConfig(), adapter_name, calibration)
+
+
+def peft_on_ntk(model: NTKModel, peft_config, adapter_name: str = "default"):
+    """peft's get_peft_model on an NTK model. peft freezes every tensor it did not add, so the NTK model's trainable
+    ones (the method's tensors, the task head) are made trainable again. Each method saves its own: the returned
+    peft model's save_pretrained the peft adapter, `model.save_pretrained` the NTK adapter and the head."""
+    from peft import get_peft_model
+
+    own = [p for p in model.parameters() if p.requires_grad]
+    peft_model = get_peft_model(model, peft_config, adapter_name)
+    for p in own:
+        p.requires_grad_(True)
+    return peft_model
