@@ -4,6 +4,7 @@ from __future__ import annotations
 
 
 import pandas as pd
+import torch
 import pytest
 import yaml
 
@@ -26,6 +27,37 @@ def test_minilm_rte_runs_on_local_files(tmp_path, kind):
     assert list(results.method) == ["ntk"] and results.accuracy.between(0, 1).all()
     assert results.trainable_params.iloc[0] == 6 * 12 * (32 * 32 + 32) + 384 * 2 + 2  # (Z, k) per head + head
     assert "ntk" in r.stdout and "accuracy" in r.stdout
+
+
+def test_lora_plus_ntk_is_one_method_that_trains_both(tmp_path):
+    """`lora+ntk`: peft's LoRA, then NTK-Attention on that LoRA model; at init the base model exactly (B = 0, Z = k =
+    0), and both methods' tensors trainable; through `ntk finetune` it trains and counts both."""
+    from transformers import AutoConfig, AutoModelForSequenceClassification
+
+    from ntkcli.adapters import inject
+
+    torch.manual_seed(0)
+    base = AutoModelForSequenceClassification.from_config(AutoConfig.for_model(
+        "bert", hidden_size=32, num_hidden_layers=2, num_attention_heads=4, intermediate_size=64, vocab_size=100)).eval()
+    ids = torch.tensor([[5, 6, 7, 8]])
+    with torch.no_grad():
+        expected = base(input_ids=ids).logits
+    injected = inject(base, "lora+ntk", lora={"r": 2, "dropout": 0.0})
+    trainable = {n for n, p in injected.model.named_parameters() if p.requires_grad}
+    assert any("lora_B" in n for n in trainable) and any(n.endswith("ntk_Z") for n in trainable)
+    with torch.no_grad():
+        assert torch.allclose(injected.model(input_ids=ids).logits, expected, atol=1e-6)
+    data = write_rte(tmp_path / "rte", "superglue")
+    r = invoke("finetune", RECIPES / "minilm_rte.yaml", "--set", f"data.path={data}", "--device", "cpu", "--set",
+               "seeds=[0]", "--set", "train.epochs=1", "--set",
+               "methods=[{method: lora, r: 2}, {method: ntk}, {method: lora+ntk, lora: {r: 2}}]", "--out", tmp_path)
+    assert r.exit_code == 0, r.output
+    results = pd.read_csv(tmp_path / "finetune" / "minilm_rte" / "results.csv").set_index("method")
+    assert list(results.index) == ["lora r=2", "ntk", "lora r=2 + ntk"]
+    head = 384 * 2 + 2  # the task head, trained by every method (peft's modules_to_save copies it for LoRA)
+    lora_only = results.trainable_params["lora r=2"] - head
+    ntk_only = results.trainable_params["ntk"] - head
+    assert results.trainable_params["lora r=2 + ntk"] == lora_only + ntk_only + head
 
 
 def test_digits_vit_pretrains_once_fine_tunes_and_resumes(tmp_path):

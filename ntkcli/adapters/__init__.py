@@ -15,14 +15,14 @@ from pathlib import Path
 import torch
 from torch import nn
 
-from . import lora, ntk, peft_any, ptuning_v2
+from . import lora, lora_ntk, ntk, peft_any, ptuning_v2
 from .common import (LR_OVERRIDE, Adapter, Options, attention_modules, count_parameters, freeze_backbone, head_shape,
                      peft_trainable, register, task_head)
 
 INTERFACE_METHODS: dict[str, Adapter] = {ntk.NAME: ntk, ptuning_v2.NAME: ptuning_v2}
 OPTIONS: dict[str, type[Options]] = {**{name: m.OPTIONS for name, m in INTERFACE_METHODS.items()},
-                                     lora.NAME: lora.LoraOptions, peft_any.NAME: peft_any.PeftOptions, "fft": Options,
-                                     "head": Options}
+                                     lora.NAME: lora.LoraOptions, lora_ntk.NAME: lora_ntk.LoraNTKOptions,
+                                     peft_any.NAME: peft_any.PeftOptions, "fft": Options, "head": Options}
 METHODS = tuple(OPTIONS)
 
 
@@ -71,6 +71,9 @@ def inject(model: nn.Module, method, calibration: dict | None = None, **options)
         model = lora.inject(model, opts)
     elif method == peft_any.NAME:
         model = peft_any.inject(model, opts)
+    elif method == lora_ntk.NAME:
+        under, over = opts.parts()
+        model = inject(lora.inject(model, under), ntk.NAME, calibration, **over).model
     else:
         peft_adapters = peft_trainable(model)  # a peft model's own adapters stay trainable beside the method's
         freeze_backbone(model)
@@ -88,6 +91,10 @@ def requirements(build, method: str, *, image: bool, tokens: int, batch: int, **
     opts = OPTIONS[method](**options)
     model = build()
     head = sum(p.numel() for n, p in model.named_parameters() if n in set(task_head(model)))
+    if method == lora_ntk.NAME:  # the two parts, each on its own meta model
+        under, over = opts.parts()
+        return sum(requirements(build, name, image=image, tokens=tokens, batch=batch, **part)
+                   for name, part in ((lora.NAME, under.model_dump()), (ntk.NAME, over)))
     if method in INTERFACE_METHODS:
         layers = len(attention_modules(model))
         return 16 * head + INTERFACE_METHODS[method].footprint(opts, head_shape(model.config), layers, tokens, batch)

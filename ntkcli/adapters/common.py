@@ -138,8 +138,8 @@ def freeze_backbone(model: nn.Module) -> None:
 
 
 def peft_trainable(model: nn.Module) -> set[str]:
-    """The trainable parameters of peft's adapters already in `model` (LoRA's lora_A, lora_B, …): what an
-    attention-level method added on top of a peft model must leave trainable."""
+    """The trainable parameters of peft's adapters already in `model` (LoRA's lora_A, lora_B, …, and the task head
+    peft trains as a copy): what an attention-level method added on top of a peft model must leave trainable."""
     from peft.tuners.tuners_utils import BaseTunerLayer
 
     keep = set()
@@ -149,7 +149,8 @@ def peft_trainable(model: nn.Module) -> set[str]:
                 sub = getattr(module, attr, None)
                 if isinstance(sub, nn.Module):
                     keep |= {n for n, p in sub.named_parameters(prefix=f"{name}.{attr}") if p.requires_grad}
-    return keep
+    # and the trained copies of the modules peft saves whole (modules_to_save: the task head)
+    return keep | {n for n, p in model.named_parameters() if p.requires_grad and ".modules_to_save." in n}
 
 
 def count_parameters(model: nn.Module) -> tuple[int, int]:

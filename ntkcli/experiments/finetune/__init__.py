@@ -19,7 +19,7 @@ import numpy as np
 import pandas as pd
 import torch
 
-from ...adapters import inject, ntk
+from ...adapters import inject, lora_ntk, ntk
 from ...errors import UserError
 from ...models import load_model, load_tokenizer, model_config
 from ...runs import Results, Run, is_main_process, process_rank, resolve_device, seed_for
@@ -44,6 +44,7 @@ SHARE_COLUMNS = ["method", "kind", "seed", "epoch", "layer", "head", "share", "z
 RESUMABLE = ("methods", "seeds")
 FILES = ("results.csv", "summary.csv", "shares.csv", "shares.png", "pretrain.csv", "pretrained", "claims.csv")
 RECIPE = FinetuneRecipe
+NTK_KINDS = (ntk.NAME, lora_ntk.NAME)  # the methods with NTK-Attention's (Z, k): calibrated, and probed each epoch
 
 
 def _wait_for_main() -> None:
@@ -201,7 +202,7 @@ def train_method(cfg, spec, seed: int, lr: float, inputs: Inputs, advance, *, nu
     options = method_options(spec)
     if "seed" in options:  # the method's own seed, varied with the run's
         options["seed"] = seed_for(options["seed"], seed) % 2**31
-    batch = calibration_batch(inputs.train, inputs.collator, seed, inputs.device) if spec.method == ntk.NAME else None
+    batch = calibration_batch(inputs.train, inputs.collator, seed, inputs.device) if spec.method in NTK_KINDS else None
     try:
         injected = inject(load_model(cfg.model, image, num_labels, source).to(inputs.device), spec.method,
                           calibration=batch, **options)

@@ -6,7 +6,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import Field, model_validator
 
-from ...adapters import lora, ntk, peft_any, ptuning_v2
+from ...adapters import lora, lora_ntk, ntk, peft_any, ptuning_v2
 from ...adapters.common import Options
 from ...recipes import Recipe, Section, Seed
 
@@ -87,6 +87,12 @@ class NTKMethod(ntk.NTKOptions, _MethodCommon):
     method: Literal["ntk"]
 
 
+class LoraNTKMethod(lora_ntk.LoraNTKOptions, _MethodCommon):
+    """LoRA + NTK-Attention, one method: NTK-Attention's options, and `lora: {r: 8, …}` for the LoRA under it."""
+
+    method: Literal["lora+ntk"]
+
+
 class PTuningMethod(ptuning_v2.PTuningOptions, _MethodCommon):
     method: Literal["ptuning-v2"]
 
@@ -112,7 +118,7 @@ class HeadMethod(Options, _MethodCommon):
     method: Literal["head"]
 
 
-MethodSpec = Annotated[NTKMethod | PTuningMethod | LoraMethod | PeftMethod | FFTMethod | HeadMethod,
+MethodSpec = Annotated[NTKMethod | LoraNTKMethod | PTuningMethod | LoraMethod | PeftMethod | FFTMethod | HeadMethod,
                        Field(discriminator="method")]
 
 
@@ -124,6 +130,8 @@ def method_label(spec) -> str:
         return f"ptuning-v2 m={spec.prefix_length}"
     if spec.method == "lora":
         return f"lora r={spec.r}"
+    if spec.method == "lora+ntk":
+        return f"lora r={spec.lora.r} + ntk"
     if spec.method == "peft":
         return f"peft {spec.peft_type.lower()}"
     return spec.method
