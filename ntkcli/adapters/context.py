@@ -16,6 +16,7 @@ dφ·(d + 1) numbers per head and layer, against 2·m·d for the exact keys and 
 from __future__ import annotations
 
 import contextlib
+import functools
 import math
 from dataclasses import dataclass
 from typing import Iterator, Literal
@@ -23,8 +24,10 @@ from typing import Iterator, Literal
 import torch
 from torch import Tensor, nn
 
-from ..attention import attention_lse, compress_prefix, ntk_attention, prefix_attention
+from ..attention import attention_lse, compress_prefix, ntk_attention
+from ..attention.prefix import prefix_attention_lse
 from ..attention.features import FeatureMap
+from . import ntk
 from .common import attention_modules, register, repeat_kv
 
 
@@ -37,6 +40,7 @@ class Memory:
     kind: Literal["exact", "compressed"]
     layers: list[tuple[Tensor, ...]]
     feature_map: FeatureMap | None = None
+    positions: int = 0  # the positions the context's keys took (its longest sequence): where new text starts
 
     @property
     def tokens(self) -> int:
@@ -58,6 +62,8 @@ class _Capture:
     @staticmethod
     def forward(module, q, k, v, *, mask, scale, is_causal):
         module.ntk_captured = (k.detach(), v.detach(), _key_mask(mask, k))
+        if hasattr(module, "ntk_Z"):  # an injected NTK-Attention adapter runs as it would on the context
+            return ntk.forward(module, q, k, v, mask=mask, scale=scale, is_causal=is_causal)
         return attention_lse(q, k, v, scale=scale, attn_mask=mask, is_causal=is_causal)[0]
 
 
@@ -72,7 +78,13 @@ class _Attend:
         groups = q.shape[1] // memory[0].shape[-3]
         if kind == "exact":
             pk, pv = (repeat_kv(t, groups, t.dim() - 3) for t in memory)
-            return prefix_attention(q, k, v, pk, pv, scale=scale, attn_mask=mask, is_causal=is_causal)
+            mean, lse = prefix_attention_lse(q, k, v, pk, pv, scale=scale, attn_mask=mask, is_causal=is_causal)
+            if hasattr(module, "ntk_Z"):  # an injected NTK-Attention adapter: its (Z, k) on top of [context; input]
+                return ntk.with_state(module, q, k, v, mean, lse, mask=mask, scale=scale)
+            return mean
+        if hasattr(module, "ntk_Z"):
+            raise ValueError("a compressed memory on a model with NTK-Attention injected is not supported: attend "
+                             "to the exact memory (context_memory), or to the compressed one on the base model")
         Z, kvec, log_scale = (repeat_kv(t, groups, t.dim() - d) for t, d in zip(memory, (3, 2, 1)))
         return ntk_attention(q, k, v, Z, kvec, feature_map=fmap, scale=scale, attn_mask=mask, is_causal=is_causal,
                              log_scale=log_scale)
@@ -114,6 +126,7 @@ def chunks(tokenizer, texts: list[str], width: int, tokens: int | None = None) -
 def context_memory(model: nn.Module, tokenizer, context: str | list[list[int]], *, batch: int = 16) -> Memory:
     """The exact memory of a context: every layer's keys and values of all its real tokens, from the frozen model
     run on the context alone (a text, cut into sequences of the model's positions, or such sequences of ids)."""
+    model = getattr(model, "wrapped", model)  # an NTKModel: the model it wraps
     pieces = chunks(tokenizer, [context], model.config.max_position_embeddings) if isinstance(context, str) else context
     per_layer: list[list[tuple[Tensor, Tensor]]] = []
     device = next(model.parameters()).device
@@ -127,7 +140,7 @@ def context_memory(model: nn.Module, tokenizer, context: str | list[list[int]], 
                 per_layer[layer].extend((keys[r][:, real[r]], values[r][:, real[r]]) for r in range(keys.shape[0]))
                 del module.ntk_captured
     return Memory("exact", [(torch.cat([k for k, _ in rows], 1), torch.cat([v for _, v in rows], 1))
-                            for rows in per_layer])
+                            for rows in per_layer], positions=max(map(len, pieces)))
 
 
 def compress(memory: Memory, feature_map: FeatureMap, scale: float | None = None) -> Memory:
@@ -137,7 +150,7 @@ def compress(memory: Memory, feature_map: FeatureMap, scale: float | None = None
     s = d ** -0.5 if scale is None else scale
     wide = torch.promote_types(memory.layers[0][0].dtype, torch.float32)  # half memories compress in float32
     return Memory("compressed", [compress_prefix(k.to(wide), v.to(wide), feature_map, scale=s)[0]
-                                 for k, v in memory.layers], feature_map)
+                                 for k, v in memory.layers], feature_map, memory.positions)
 
 
 def compress_context(model: nn.Module, tokenizer, context: str, feature_map: FeatureMap) -> Memory:
@@ -145,10 +158,48 @@ def compress_context(model: nn.Module, tokenizer, context: str, feature_map: Fea
     return compress(context_memory(model, tokenizer, context), feature_map)
 
 
+def rotary(model: nn.Module) -> bool:
+    """Whether the model encodes positions by rotating queries and keys (RoPE: Llama, Qwen2, Mistral, …)."""
+    return any("rotary" in type(m).__name__.lower() for m in model.modules())
+
+
+@contextlib.contextmanager
+def _shifted(model: nn.Module, offset: int) -> Iterator[None]:
+    """The model's forward with every position moved on by `offset` (derived from the attention mask, as generate()
+    does, when the caller gives none), so that new text sits after a context whose keys took positions 0 … offset−1;
+    generate() goes through it too. The forward keeps its signature (generate reads it)."""
+    plain, own = model.forward, "forward" in vars(model)  # a wrapper (NTKModel) may have a forward of its own
+
+    @functools.wraps(plain)
+    def forward(*args, **kwargs):
+        ids = kwargs.get("input_ids", args[0] if args else None)
+        length = (ids if ids is not None else kwargs["inputs_embeds"]).shape[1]
+        positions = kwargs.get("position_ids")
+        if positions is None:
+            mask = kwargs.get("attention_mask")
+            positions = (torch.arange(length, device=model.device)[None] if mask is None else
+                         (mask.long().cumsum(-1) - 1).clamp(min=0)[:, -length:])
+        kwargs["position_ids"] = positions + offset
+        return plain(*args, **kwargs)
+
+    model.forward = forward
+    try:
+        yield
+    finally:
+        if own:
+            model.forward = plain
+        else:
+            del model.forward
+
+
 @contextlib.contextmanager
 def attending(model: nn.Module, memory: Memory) -> Iterator[nn.Module]:
-    """Inside, every attention layer of `model` attends to its layer of `memory` besides its input."""
-    with _implementation(model, _Attend) as modules:
+    """Inside, every attention layer of `model` attends to its layer of `memory` besides its input; on a RoPE model
+    the new text's positions start after the context's (memory.positions), in forward and generate() alike. An
+    injected NTK-Attention adapter adds its trained (Z, k) on top (with an exact memory)."""
+    model = getattr(model, "wrapped", model)  # an NTKModel: the model it wraps (its generate goes there)
+    shift = _shifted(model, memory.positions) if memory.positions and rotary(model) else contextlib.nullcontext()
+    with _implementation(model, _Attend) as modules, shift:
         if len(modules) != len(memory.layers):
             raise ValueError(f"the memory has {len(memory.layers)} layers, the model {len(modules)}")
         for module, layer in zip(modules, memory.layers):
@@ -164,7 +215,8 @@ def stack(memories: list[Memory]) -> Memory:
     """Memories of equal shape as one batched memory: batch row r attends to memories[r]."""
     first = memories[0]
     return Memory(first.kind, [tuple(torch.stack([m.layers[i][j] for m in memories]) for j in range(len(layer)))
-                               for i, layer in enumerate(first.layers)], first.feature_map)
+                               for i, layer in enumerate(first.layers)], first.feature_map,
+                  max(m.positions for m in memories))
 
 
 def state_numbers(head_dim: int, features: int, m: int) -> tuple[int, int]:

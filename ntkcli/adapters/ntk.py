@@ -159,8 +159,15 @@ def share(lse: Tensor, f: Tensor, c: Tensor, k: Tensor, g: Tensor) -> Tensor:
 def forward(module: nn.Module, q: Tensor, k: Tensor, v: Tensor, *, mask: Tensor | None, scale: float,
             is_causal: bool) -> Tensor:
     """Algorithm 1 with this module's (Z, k, g), each key/value head's tensors shared by its query heads."""
-    groups = q.shape[1] // module.ntk_Z.shape[0]
     mean, lse = attention_lse(q, k, v, scale=scale, attn_mask=mask, is_causal=is_causal)
+    return with_state(module, q, k, v, mean, lse, mask=mask, scale=scale)
+
+
+def with_state(module: nn.Module, q: Tensor, k: Tensor, v: Tensor, mean: Tensor, lse: Tensor, *,
+               mask: Tensor | None, scale: float) -> Tensor:
+    """Algorithm 1's last step: the softmax attention of q over its keys, as (mean, lse), combined with this
+    module's (Z, k, g). `attending` passes the attention over [context; input] here."""
+    groups = q.shape[1] // module.ntk_Z.shape[0]
     f, c = module.ntk_feature_map(q.to(torch.promote_types(q.dtype, torch.float32)), math.sqrt(scale))
     f = F.dropout(f, module.ntk_phi_dropout, module.training) if module.ntk_phi_dropout else f
     kvec = repeat_kv(key_map(module.ntk_k_map, module.ntk_k), groups, 0)

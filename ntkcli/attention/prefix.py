@@ -51,15 +51,24 @@ def prefix_stats(q: Tensor, pk: Tensor, pv: Tensor, *, scale: float, ends: list[
             yield acc / total.unsqueeze(-1), top + torch.log(total)
 
 
-def prefix_attention(q: Tensor, k: Tensor, v: Tensor, pk: Tensor, pv: Tensor, *, scale: float | None = None,
-                     attn_mask: Tensor | None = None, is_causal: bool = False, chunk: int = 4096) -> Tensor:
-    """Exact attention of q over [prefix; input] keys (Def 2.1), the prefix seen by every query, streamed."""
+def prefix_attention_lse(q: Tensor, k: Tensor, v: Tensor, pk: Tensor, pv: Tensor, *, scale: float | None = None,
+                         attn_mask: Tensor | None = None, is_causal: bool = False, chunk: int = 4096
+                         ) -> tuple[Tensor, Tensor]:
+    """Exact attention of q over [prefix; input] keys (Def 2.1), the prefix seen by every query, streamed: (mean,
+    lse)."""
     scale = q.shape[-1] ** -0.5 if scale is None else scale
     mean_x, lse_x = attention_lse(q, k, v, scale=scale, attn_mask=attn_mask, is_causal=is_causal)
     if pk.shape[-2] == 0:
-        return mean_x
+        return mean_x, lse_x
     mean_p, lse_p = next(prefix_stats(q, pk, pv, scale=scale, chunk=chunk))
-    return merge(mean_x, lse_x, mean_p.to(mean_x.dtype), lse_p)[0]
+    return merge(mean_x, lse_x, mean_p.to(mean_x.dtype), lse_p.to(lse_x.dtype))
+
+
+def prefix_attention(q: Tensor, k: Tensor, v: Tensor, pk: Tensor, pv: Tensor, *, scale: float | None = None,
+                     attn_mask: Tensor | None = None, is_causal: bool = False, chunk: int = 4096) -> Tensor:
+    """Exact attention of q over [prefix; input] keys (Def 2.1), the prefix seen by every query, streamed."""
+    return prefix_attention_lse(q, k, v, pk, pv, scale=scale, attn_mask=attn_mask, is_causal=is_causal,
+                                chunk=chunk)[0]
 
 
 def compress_prefix(pk: Tensor, pv: Tensor, feature_map: FeatureMap, *, scale: float,
