@@ -249,6 +249,8 @@ def _claims(diffs: pd.DataFrame, source: str, margin: float) -> list[Claim]:
                 claim.verdict = VERDICT[g.verdict]
             else:
                 why = diffs[(diffs.view == view) & (diffs.comparison == what) & (diffs.task != "average")]
+                cv = set(why[why.evaluation == "cv"].task)  # each task in its headline evaluation
+                why = why[(why.evaluation == "cv") | ~why.task.isin(cv)]
                 claim.measured = "; ".join(sorted({f"{t}: {v}" for t, v in zip(why.task, why.verdict)})) or "no task"
                 claim.verdict = NOT_COMPARABLE if why.verdict.str.startswith(NOT_COMPARABLE).any() else NO_SIGNAL
             claims.append(claim)
