@@ -334,7 +334,7 @@ def _select(cfg: SuperGlueRecipe, prep: Prepared, folder: Run, results: Results,
     """The selection runs, round after round while grids grow; the chosen points."""
     while todo := results.todo(selection_points(cfg, prep, results.table())):
         _train_all(cfg, prep, folder, results, predictions, todo, "choose the steps")
-    return choose(cfg, prep, results.table(selection_points(cfg, prep, results.table())))
+    return choose(cfg, prep, results.table())  # choose reads the selection rows of each grid point itself
 
 
 def _replicates(runs: pd.DataFrame, picked: pd.DataFrame, task: str) -> dict:
