@@ -13,6 +13,7 @@ import resource
 import statistics
 import tempfile
 import time
+import warnings
 from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
@@ -269,9 +270,17 @@ FINETUNE_METHODS = {  # label → (method, options): ntk's variants beside the b
     "head": ("head", {})}
 
 
-def _minilm_step(label: str, device: str, batch: int, length: int, bf16: bool = False):
+COMPILED = ("ntk", "lora r=8")  # the methods also timed under torch.compile (inductor), as rows "<label> compiled"
+
+
+def _finetune_rows() -> list[tuple[str, bool]]:
+    return [(label, False) for label in FINETUNE_METHODS] + [(label, True) for label in COMPILED]
+
+
+def _minilm_step(label: str, device: str, batch: int, length: int, bf16: bool = False, compiled: bool = False):
     """The pretrained MiniLM-L6 with one method, and one AdamW step of it on seeded random tokens (under bf16
-    autocast, as the Trainer's bf16 runs it, with `bf16`); trainable parameters."""
+    autocast, as the Trainer's bf16 runs it, with `bf16`; its forward and backward through torch.compile with
+    `compiled`, the optimizer eager); trainable parameters."""
     from transformers import AutoModelForSequenceClassification
     from transformers import logging as hf_logging
 
@@ -290,10 +299,12 @@ def _minilm_step(label: str, device: str, batch: int, length: int, bf16: bool = 
     method, options = FINETUNE_METHODS[label]
     injected = inject(model, method, calibration=inputs if method == "ntk" else None, **options)
     opt = torch.optim.AdamW([p for p in injected.model.parameters() if p.requires_grad], lr=1e-3)
+    forward = torch.compile(injected.model) if compiled else injected.model
 
-    def step(m=injected.model, o=opt):
+    def step(m=forward, o=opt):
         o.zero_grad(set_to_none=True)
-        with torch.autocast(torch.device(device).type, dtype=torch.bfloat16, enabled=bf16):
+        with torch.autocast(torch.device(device).type, dtype=torch.bfloat16, enabled=bf16), warnings.catch_warnings():
+            warnings.filterwarnings("ignore", "`is_gradient_checkpointing` is deprecated")  # read by dynamo's tracing
             loss = m(**inputs, labels=labels).loss
         loss.backward()
         o.step()
@@ -303,26 +314,39 @@ def _minilm_step(label: str, device: str, batch: int, length: int, bf16: bool = 
     return step, injected.trainable
 
 
-def _finetune_peak(label: str, device: str, batch: int, length: int, out: mp.Queue) -> None:
-    """The peak memory rise of one training step (after a first one, so AdamW's state exists) in this process."""
-    step, _ = _minilm_step(label, device, batch, length)
+def _finetune_peak(label: str, compiled: bool, device: str, batch: int, length: int, out: mp.Queue) -> None:
+    """The peak memory rise of one training step (after a first one, so AdamW's state exists and a compiled step
+    is compiled) in this process."""
+    step, _ = _minilm_step(label, device, batch, length, compiled=compiled)
     step()
     out.put(_measure(step, device)[1])
 
 
+def _first_call(fn: Callable[[], object]) -> float:
+    t0 = time.perf_counter()
+    fn()
+    return time.perf_counter() - t0
+
+
 def finetune_step(device: str = "cpu", batch: int = 32, length: int = 128, repeats: int = 5) -> pd.DataFrame:
     """One AdamW training step (forward, backward, update) on the pretrained MiniLM-L6 at batch × length, for each
-    method and ntk variant, in float32 and under bf16 autocast (what the CPU Table 2 suite trains with), timed in
-    interleaved rounds; the peak memory of a float32 step in a fresh process each, and trainable parameters."""
-    peaks = [_in_fresh_process(_finetune_peak, label, device, batch, length) for label in FINETUNE_METHODS]
-    made = [_minilm_step(label, device, batch, length, bf16) for bf16 in (False, True) for label in FINETUNE_METHODS]
-    seconds = [t.median for t in timings(*(step for step, _ in made), repeats=repeats, warmup=1, min_sample=0.0)]
-    n = len(FINETUNE_METHODS)
+    method and ntk variant, eager and (ntk, LoRA) compiled, in float32 and under bf16 autocast (what the CPU Table 2
+    suite trains with), timed in interleaved rounds after a first step (its seconds, compilation included, in
+    `first_step_s`); the peak memory of a float32 step in a fresh process each, and trainable parameters."""
+    rows = _finetune_rows()
+    peaks = [_in_fresh_process(_finetune_peak, label, compiled, device, batch, length) for label, compiled in rows]
+    made = [_minilm_step(label, device, batch, length, bf16, compiled) for bf16 in (False, True)
+            for label, compiled in rows]
+    first = [_first_call(step) for step, _ in made]
+    seconds = [t.median for t in timings(*(step for step, _ in made), repeats=repeats, warmup=0, min_sample=0.0)]
+    n = len(rows)
     fp32, bf16 = seconds[:n], seconds[n:]
-    lora = fp32[list(FINETUNE_METHODS).index("lora r=8")]
-    return pd.DataFrame({"method": list(FINETUNE_METHODS), "step_ms": [1e3 * s for s in fp32],
+    lora = fp32[rows.index(("lora r=8", False))]
+    return pd.DataFrame({"method": [label + " compiled" * compiled for label, compiled in rows],
+                         "compiled": [compiled for _, compiled in rows], "step_ms": [1e3 * s for s in fp32],
                          "ratio_over_lora": [s / lora for s in fp32], "bf16_step_ms": [1e3 * s for s in bf16],
-                         "bf16_speedup": [a / b for a, b in zip(fp32, bf16)], "peak_mib": peaks,
+                         "bf16_speedup": [a / b for a, b in zip(fp32, bf16)], "first_step_s": first[:n],
+                         "bf16_first_step_s": first[n:], "peak_mib": peaks,
                          "trainable_params": [c for _, c in made[:n]], "batch": batch, "length": length})
 
 
@@ -425,7 +449,8 @@ SUITES = {
                           "for the whole run", False),
     "ntk": Suite(ntk_closed_vs_autodiff, "ntk.csv", "paper 1's full NTK: closed form vs torch.func (float64)", False),
     "finetune": Suite(finetune_step, "finetune.csv", "training step (AdamW) on MiniLM-L6, batch 32 × 128 tokens, "
-                      "per method and ntk variant (peak MiB: rise of one step in a fresh process)", True),
+                      "per method and ntk variant, ntk and LoRA also under torch.compile (peak MiB: rise of one step in a fresh "
+                      "process; first_step_s: the first step, compilation included)", True),
     "compress": Suite(compress_query, "compress.csv", "a 16-token question on MiniLM-L6 attending to an m-token "
                       "context: exact keys and values vs Eq. (4)'s state", True),
     "scaling-law": Suite(scaling_law_points, "scaling_law.csv",

@@ -299,6 +299,30 @@ def test_a_compiled_training_step_has_no_graph_breaks():
     assert explained.graph_break_count == 0 and explained.graph_count == 1, explained.break_reasons
 
 
+def test_a_compiled_training_step_gives_the_eager_loss_and_gradients():
+    """What `ntk bench --suite finetune` times as "ntk compiled": forward and backward traced by AOTAutograd (the
+    backend without inductor's code generation, which costs half a minute cold here), our written-out backwards
+    included; the loss and every trainable gradient equal eager's."""
+    import torch._dynamo
+
+    ids = torch.randint(1, 100, (2, 8), generator=torch.Generator().manual_seed(0))
+
+    def step(compiled: bool):
+        model = trained(get_ntk_model(causal("llama"), NTKConfig(options={"init": "paper"})).train(), steps=1)
+        model.zero_grad()
+        forward = torch.compile(model, backend="aot_eager") if compiled else model
+        loss = forward(input_ids=ids, labels=ids).loss
+        loss.backward()
+        return loss.detach(), {n: p.grad for n, p in model.named_parameters() if p.requires_grad}
+
+    torch._dynamo.reset()
+    (eager_loss, eager), (compiled_loss, compiled) = step(False), step(True)
+    torch._dynamo.reset()
+    assert eager and eager.keys() == compiled.keys() and all(g.abs().max() > 0 for g in eager.values())
+    assert torch.allclose(eager_loss, compiled_loss, rtol=1e-6)
+    assert all(torch.allclose(eager[n], compiled[n], rtol=1e-5, atol=1e-8) for n in eager)
+
+
 TRAINER_RELOAD = """
 import sys, torch
 sys.path.insert(0, {tests!r})
