@@ -105,6 +105,17 @@ def _git_commit() -> str | None:
 Advance = Callable[[float], None]
 
 
+def _flat(config: dict, prefix: str = "") -> dict:
+    """A recipe's fields by dotted name, sections opened: {"data": {"tasks": [..]}} → {"data.tasks": [..]}."""
+    out = {}
+    for key, value in config.items():
+        if isinstance(value, dict) and value:
+            out |= _flat(value, f"{prefix}{key}.")
+        else:
+            out[f"{prefix}{key}"] = value
+    return out
+
+
 class Run:
     """One experiment's folder outputs/<command>/<name>/: `Run.start` makes it for a run, which writes its
     CSVs, figures and run.json there point by point; `Run.open` reads a finished one (the report)."""
@@ -147,13 +158,15 @@ class Run:
         return cls(folder, scale=scale)
 
     def _check_same_recipe(self, config: dict, resumable: tuple[str, ...]) -> None:
-        """Refuse to mix results of two recipes: only `resumable` fields (and device, out) may differ."""
+        """Refuse to mix results of two recipes: only `resumable` fields (and device, out) may differ; a dotted
+        name ("data.tasks") frees one field of a section."""
         old = self.config()
         if old is None:
             raise UserError(f"{self.dir} holds results but no readable config.yaml; pass --fresh to discard them "
                             "or --out to write elsewhere")
+        old, config, free = _flat(old), _flat(config), (*resumable, "device", "out")
         changed = sorted(k for k in set(old) | set(config)
-                         if k not in resumable and k not in ("device", "out") and old.get(k) != config.get(k))
+                         if not any(k == f or k.startswith(f + ".") for f in free) and old.get(k) != config.get(k))
         if changed:
             raise UserError(f"{self.dir} holds results of a different recipe (fields {', '.join(changed)} differ); "
                             "pass --fresh to discard them or --out to write elsewhere")

@@ -156,12 +156,18 @@ def test_selection_never_reads_the_evaluation_split(tmp_path):
 
 
 def test_a_run_writes_both_views_resumes_and_reports(tmp_path):
+    """Run in pieces by task (data.tasks is resumable), then the whole: a piece is never retrained."""
     data = write_superglue(tmp_path / "sg")
+    piece = invoke("superglue", recipe(tmp_path, data, data={"tasks": ["boolq"]}), "--out", tmp_path)
+    assert piece.exit_code == 0, piece.output
+    folder = tmp_path / "superglue" / "sg"
+    boolq_only = pd.read_csv(folder / "results.csv")
     path = recipe(tmp_path, data, data={"tasks": ["boolq", "multirc"]})
     r = invoke("superglue", path, "--out", tmp_path)
     assert r.exit_code == 0, r.output
-    folder = tmp_path / "superglue" / "sg"
     results = pd.read_csv(folder / "results.csv")
+    assert set(boolq_only.task) == {"boolq"} and set(results.task) == {"boolq", "multirc"}
+    pd.testing.assert_frame_equal(results[results.task == "boolq"].reset_index(drop=True), boolq_only)
     cfg = SuperGlueRecipe.model_validate(yaml.safe_load(path.read_text()))
     selected = results[results.stage == "select"]
     planned = selection_points(cfg, prepare(cfg), selected)

@@ -40,7 +40,7 @@ NEEDS_RECIPE, FLAGS, DEVICES = True, {}, ("cpu", "cuda")
 SCALE = ("seeds", "train")
 KEYS = ["stage", "task", "fold", "method", "variant", "lr", "seed"]
 METRICS = ["accuracy", "f1_macro", "f1a", "em"]
-RESUMABLE = ("methods", "seeds")
+RESUMABLE = ("methods", "seeds", "data.tasks")
 FILES = ("results.csv", "predictions.csv", "points.csv", "summary.csv", "claims.csv", "table2.png")
 RECIPE = SuperGlueRecipe
 VIEWS = ("chosen", "paper")  # the step chosen on held-out train; the paper's one step for every PEFT method
@@ -368,7 +368,7 @@ def summarize(prep: Prepared, finals: pd.DataFrame, predictions: pd.DataFrame, p
                             "steps": ", ".join(f"{lr:g}" + (f" ({v})" if v != "default" else "") +
                                                (f" ×{n}" if len(folds) > 1 else "") for (v, lr), n in step.items()),
                             "edge": int(chosen.edge.sum()), **_replicates(runs, picked, task),
-                            "runs": len(runs), "failed": int((runs.failed.fillna("") != "").sum()),
+                            "runs": len(runs), "failed": int(runs.failed.astype("string").fillna("").ne("").sum()),
                             "scored_rows": picked.drop_duplicates(["fold", "row"]).shape[0],
                             "trainable_params": runs.trainable_params.max(), "total_params": runs.total_params.max(),
                             "examples_per_s": runs.examples_per_s.mean()})
