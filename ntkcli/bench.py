@@ -13,7 +13,6 @@ import resource
 import statistics
 import tempfile
 import time
-import warnings
 from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
@@ -303,8 +302,7 @@ def _minilm_step(label: str, device: str, batch: int, length: int, bf16: bool = 
 
     def step(m=forward, o=opt):
         o.zero_grad(set_to_none=True)
-        with torch.autocast(torch.device(device).type, dtype=torch.bfloat16, enabled=bf16), warnings.catch_warnings():
-            warnings.filterwarnings("ignore", "`is_gradient_checkpointing` is deprecated")  # read by dynamo's tracing
+        with torch.autocast(torch.device(device).type, dtype=torch.bfloat16, enabled=bf16):
             loss = m(**inputs, labels=labels).loss
         loss.backward()
         o.step()
