@@ -168,6 +168,9 @@ def test_a_run_writes_both_views_resumes_and_reports(tmp_path):
     results = pd.read_csv(folder / "results.csv")
     assert set(boolq_only.task) == {"boolq"} and set(results.task) == {"boolq", "multirc"}
     pd.testing.assert_frame_equal(results[results.task == "boolq"].reset_index(drop=True), boolq_only)
+    other = invoke("superglue", recipe(tmp_path, data, data={"tasks": ["boolq"], "max_length": 12}), "--out", tmp_path)
+    assert_one_line_error(other, "different recipe", "data.max_length")  # only data.tasks is free
+    path = recipe(tmp_path, data, data={"tasks": ["boolq", "multirc"]})
     cfg = SuperGlueRecipe.model_validate(yaml.safe_load(path.read_text()))
     selected = results[results.stage == "select"]
     planned = selection_points(cfg, prepare(cfg), selected)
