@@ -138,11 +138,11 @@ def test_selection_never_reads_the_evaluation_split(tmp_path):
     """Scrambling the evaluation labels (all made 'neutral') leaves the selection runs, their predictions, and so the
     chosen steps, unchanged (scoring the selection on the evaluation split fails this test)."""
     data = write_superglue(tmp_path / "sg")
-    first = invoke("superglue", recipe(tmp_path, data), "--out", tmp_path / "a")
+    first = invoke("superglue", recipe(tmp_path, data, seeds=[0]), "--out", tmp_path / "a")
     assert first.exit_code == 0, first.output
     rows = [json.loads(line) for line in (data / "CB" / "val.jsonl").read_text().splitlines()]
     _jsonl(data / "CB" / "val.jsonl", [{**r, "label": "neutral"} for r in rows])  # one class: any score moves
-    second = invoke("superglue", recipe(tmp_path, data), "--out", tmp_path / "b")
+    second = invoke("superglue", recipe(tmp_path, data, seeds=[0]), "--out", tmp_path / "b")
     assert second.exit_code == 0, second.output
     a, b = (pd.read_csv(tmp_path / x / "superglue" / "sg" / "results.csv") for x in "ab")
     select = [c for c in a.columns if c not in ("train_seconds", "examples_per_s", "peak_mem_mb")]
