@@ -272,10 +272,6 @@ FINETUNE_METHODS = {  # label → (method, options): ntk's variants beside the b
 COMPILED = ("ntk", "lora r=8")  # the methods also timed under torch.compile (inductor), as rows "<label> compiled"
 
 
-def _finetune_rows() -> list[tuple[str, bool]]:
-    return [(label, False) for label in FINETUNE_METHODS] + [(label, True) for label in COMPILED]
-
-
 def _minilm_step(label: str, device: str, batch: int, length: int, bf16: bool = False, compiled: bool = False):
     """The pretrained MiniLM-L6 with one method, and one AdamW step of it on seeded random tokens (under bf16
     autocast, as the Trainer's bf16 runs it, with `bf16`; its forward and backward through torch.compile with
@@ -320,22 +316,16 @@ def _finetune_peak(label: str, compiled: bool, device: str, batch: int, length: 
     out.put(_measure(step, device)[1])
 
 
-def _first_call(fn: Callable[[], object]) -> float:
-    t0 = time.perf_counter()
-    fn()
-    return time.perf_counter() - t0
-
-
 def finetune_step(device: str = "cpu", batch: int = 32, length: int = 128, repeats: int = 5) -> pd.DataFrame:
     """One AdamW training step (forward, backward, update) on the pretrained MiniLM-L6 at batch × length, for each
     method and ntk variant, eager and (ntk, LoRA) compiled, in float32 and under bf16 autocast (what the CPU Table 2
     suite trains with), timed in interleaved rounds after a first step (its seconds, compilation included, in
     `first_step_s`); the peak memory of a float32 step in a fresh process each, and trainable parameters."""
-    rows = _finetune_rows()
+    rows = [(label, False) for label in FINETUNE_METHODS] + [(label, True) for label in COMPILED]
     peaks = [_in_fresh_process(_finetune_peak, label, compiled, device, batch, length) for label, compiled in rows]
     made = [_minilm_step(label, device, batch, length, bf16, compiled) for bf16 in (False, True)
             for label, compiled in rows]
-    first = [_first_call(step) for step, _ in made]
+    first = [_measure(step, device)[0] for step, _ in made]
     seconds = [t.median for t in timings(*(step for step, _ in made), repeats=repeats, warmup=0, min_sample=0.0)]
     n = len(rows)
     fp32, bf16 = seconds[:n], seconds[n:]

@@ -168,9 +168,6 @@ def test_a_run_writes_both_views_resumes_and_reports(tmp_path):
     results = pd.read_csv(folder / "results.csv")
     assert set(boolq_only.task) == {"boolq"} and set(results.task) == {"boolq", "multirc"}
     pd.testing.assert_frame_equal(results[results.task == "boolq"].reset_index(drop=True), boolq_only)
-    other = invoke("superglue", recipe(tmp_path, data, data={"tasks": ["boolq"], "max_length": 12}), "--out", tmp_path)
-    assert_one_line_error(other, "different recipe", "data.max_length")  # only data.tasks is free
-    path = recipe(tmp_path, data, data={"tasks": ["boolq", "multirc"]})
     cfg = SuperGlueRecipe.model_validate(yaml.safe_load(path.read_text()))
     selected = results[results.stage == "select"]
     planned = selection_points(cfg, prepare(cfg), selected)
@@ -189,6 +186,8 @@ def test_a_run_writes_both_views_resumes_and_reports(tmp_path):
     assert report.exit_code == 0, report.output
     text = (tmp_path / "report.md").read_text()
     assert "Table 2 at MiniLM scale" in text and "non-inferiority" in text
+    other = invoke("superglue", recipe(tmp_path, data, data={"tasks": ["boolq"], "max_length": 12}), "--out", tmp_path)
+    assert_one_line_error(other, "different recipe", "data.max_length")  # only data.tasks is free
 
 
 def test_cb_folds_are_disjoint_stratified_and_cover_train_and_val(tmp_path):
