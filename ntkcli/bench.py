@@ -338,6 +338,66 @@ def finetune_step(device: str = "cpu", batch: int = 32, length: int = 128, repea
                          "trainable_params": [c for _, c in made[:n]], "batch": batch, "length": length})
 
 
+PEFT_METHODS = ("ntk_attention", "lora r=8", "prefix tuning m=100")  # all three through peft's get_peft_model
+
+
+def _peft_config(label: str):
+    from peft import LoraConfig, PrefixTuningConfig
+
+    from .adapters.ntk import NTKAttentionConfig
+
+    return {"ntk_attention": NTKAttentionConfig(task_type="CAUSAL_LM"),
+            "lora r=8": LoraConfig(task_type="CAUSAL_LM", r=8, target_modules=["q_proj", "v_proj"]),
+            "prefix tuning m=100": PrefixTuningConfig(task_type="CAUSAL_LM", num_virtual_tokens=100)}[label]
+
+
+def _peft_step(label: str, device: str, batch: int, length: int):
+    """A MiniLM-sized Llama (6 layers, width 384, 12 heads; random weights: speed does not depend on them) with one
+    peft method from get_peft_model, and one AdamW step on seeded random tokens; the model."""
+    from peft import get_peft_model
+    from transformers import AutoConfig, AutoModelForCausalLM
+
+    torch.manual_seed(0)
+    config = AutoConfig.for_model("llama", hidden_size=384, num_hidden_layers=6, num_attention_heads=12,
+                                  intermediate_size=1536, vocab_size=32000)
+    model = get_peft_model(AutoModelForCausalLM.from_config(config), _peft_config(label)).to(device).train()
+    ids = torch.randint(0, 32000, (batch, length), generator=torch.Generator().manual_seed(0)).to(device)
+    opt = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=1e-3)
+    sync = _sync(device)
+
+    def step():
+        opt.zero_grad(set_to_none=True)
+        model(input_ids=ids, labels=ids).loss.backward()
+        opt.step()
+        sync()
+
+    return step, model
+
+
+def _adapter_bytes(model) -> int:
+    """The size of the adapter file that save_pretrained writes."""
+    with tempfile.TemporaryDirectory() as folder:
+        model.save_pretrained(folder)
+        return (Path(folder) / "adapter_model.safetensors").stat().st_size
+
+
+def peft_methods(device: str = "cpu", batch: int = 8, length: int = 128, repeats: int = 5) -> pd.DataFrame:
+    """NTK-Attention as a registered peft method beside peft's LoRA and prefix tuning, each made by get_peft_model on
+    the same model: an AdamW step (interleaved rounds after a first step), the adapter file's bytes and the trainable
+    parameters, with ratios over LoRA's in the same run."""
+    made = [_peft_step(label, device, batch, length) for label in PEFT_METHODS]
+    for step, _ in made:
+        step()
+    seconds = [t.median for t in timings(*(step for step, _ in made), repeats=repeats, warmup=0, min_sample=0.0)]
+    sizes = [_adapter_bytes(model) for _, model in made]
+    lora = PEFT_METHODS.index("lora r=8")
+    return pd.DataFrame({"method": PEFT_METHODS, "step_ms": [1e3 * s for s in seconds],
+                         "ratio_over_lora": [s / seconds[lora] for s in seconds], "adapter_bytes": sizes,
+                         "bytes_over_lora": [b / sizes[lora] for b in sizes],
+                         "trainable_params": [model.get_nb_trainable_parameters()[0] for _, model in made],
+                         "batch": batch, "length": length})
+
+
 def compress_query(device: str = "cpu", lengths: tuple[int, ...] = (256, 1024, 4096, 16384), query: int = 16,
                    repeats: int = 7) -> pd.DataFrame:
     """A 16-token question through the pretrained MiniLM-L6 attending at every layer to an m-token context: exactly
@@ -439,6 +499,8 @@ SUITES = {
     "finetune": Suite(finetune_step, "finetune.csv", "training step (AdamW) on MiniLM-L6, batch 32 × 128 tokens, "
                       "per method and ntk variant, ntk and LoRA also under torch.compile (peak MiB: rise of one step in a fresh "
                       "process; first_step_s: the first step, compilation included)", True),
+    "peft": Suite(peft_methods, "peft.csv", "NTK-Attention through peft's get_peft_model beside peft's LoRA and prefix "
+                  "tuning: AdamW step and adapter file on a MiniLM-sized Llama, batch 8 × 128 tokens", True),
     "compress": Suite(compress_query, "compress.csv", "a 16-token question on MiniLM-L6 attending to an m-token "
                       "context: exact keys and values vs Eq. (4)'s state", True),
     "scaling-law": Suite(scaling_law_points, "scaling_law.csv",

@@ -227,7 +227,7 @@ def bench(
 ) -> None:
     """Speed and memory of the attention kernels and of each experiment's hot loop, as ratios measured in one run (not part of the tests).
 
-    Suites: attention (forward and forward+backward vs SDPA), prefix (vs exact SDPA over the prefix and the input, m = 2^10 … 2^18), training-memory (peak against L), approx-error (wall time of the CPU default), ntk (closed-form vs autodiff NTK), finetune (training step and its peak memory on MiniLM-L6 per method and ntk variant, ntk and LoRA also compiled), compress (a question attending to an m-token context, exact vs compressed), scaling-law (a packed group of students vs one at a time).
+    Suites: attention (forward and forward+backward vs SDPA), prefix (vs exact SDPA over the prefix and the input, m = 2^10 … 2^18), training-memory (peak against L), approx-error (wall time of the CPU default), ntk (closed-form vs autodiff NTK), finetune (training step and its peak memory on MiniLM-L6 per method and ntk variant, ntk and LoRA also compiled), peft (NTK-Attention through get_peft_model beside peft's LoRA and prefix tuning: step time and adapter file), compress (a question attending to an m-token context, exact vs compressed), scaling-law (a packed group of students vs one at a time).
     """
     from .bench import SUITES
     from .runs import atomic_write, sweep_temp

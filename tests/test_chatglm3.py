@@ -373,8 +373,8 @@ def test_padded_queries_cannot_reach_the_visible_rows_once_k_crosses_zero(glm_di
         g = torch.Generator().manual_seed(0)
         with torch.no_grad():
             for name, p in model.named_parameters():
-                if "ntk_" in name:
-                    p.copy_(10 * torch.randn(p.shape, generator=g) if name.endswith("ntk_Z")
+                if ".ntk_Z." in name or ".ntk_k." in name:
+                    p.copy_(10 * torch.randn(p.shape, generator=g) if ".ntk_Z." in name
                             else -1e-6 * torch.rand(p.shape, generator=g))
             logits, single = model(**batch).logits, model(**alone).logits
         assert torch.isfinite(logits).all(), dtype

@@ -38,18 +38,19 @@ def test_the_share_statistic_equals_its_float64_formula():
     B, H, kv, L, d = 2, 4, 2, 6, 8
     module = nn.Module()
     ntk.add_parameters(module, HeadShape(H, kv, d, H * d), ntk.NTKOptions(init="paper", k_map="abs"), g)
-    module.ntk_k.data = torch.rand(kv, d, generator=g)  # every entry positive: shares well inside (0, 1)
-    module.ntk_log_scale.data = torch.tensor([2.0, -1.0])
+    layer = module.ntk_attention
+    layer.ntk_k["default"].data = torch.rand(kv, d, generator=g)  # every entry positive: shares well inside (0, 1)
+    layer.ntk_log_scale["default"].data = torch.tensor([2.0, -1.0])
     q, k, v = (torch.randn(B, H, L, d, generator=g, dtype=torch.float64) for _ in range(3))
     keep = torch.ones(B, 1, L, L, dtype=torch.bool)
     keep[1, ..., 4:] = False  # the second sequence has 4 real tokens
-    module.ntk_probe = []
+    layer.probe = []
     ntk.forward(module, q, k, v, mask=keep, scale=d ** -0.5, is_causal=False)
-    [seen] = module.ntk_probe
+    [seen] = layer.probe
     s = d ** -0.5
     phi = torch.nn.functional.elu(q * math.sqrt(s)) + 1
-    kvec = module.ntk_k.detach().double().abs().repeat_interleave(2, 0)
-    prefix = torch.exp(module.ntk_log_scale.double().repeat_interleave(2, 0))[None, :, None] * (phi @ kvec.unsqueeze(-1))[..., 0]
+    _, kvec, log_scale = (t.detach().double().repeat_interleave(2, 0) for t in layer.tensors())
+    prefix = torch.exp(log_scale)[None, :, None] * (phi @ kvec.unsqueeze(-1))[..., 0]
     inputs = (torch.exp(s * q @ k.transpose(-1, -2)) * keep).sum(-1)
     want = prefix / (inputs + prefix)  # [B, H, L]
     real = torch.tensor([[1] * 6, [1] * 4 + [0] * 2], dtype=torch.bool)
@@ -68,12 +69,14 @@ def _fit_to_a_real_prefix(calibrated: bool, steps: int = 100) -> float:
     module = nn.Module()
     ntk.add_parameters(module, HeadShape(H, H, d, H * d), ntk.NTKOptions(), g)
     attend = lambda: ntk.forward(module, q, k, v, mask=None, scale=d ** -0.5, is_causal=False)  # noqa: E731
-    module.ntk_probe = []
+    layer = module.ntk_attention
+    layer.probe = []
     start = attend()
-    [seen], module.ntk_probe = module.ntk_probe, None
+    [seen], layer.probe = layer.probe, None
     if calibrated:  # what scale 'calibrated' does, on this module's own record
-        ntk._set(module, module.ntk_Z.detach(), module.ntk_k.detach(), ntk._calibrated(seen))
-    opt = torch.optim.Adam([module.ntk_Z, module.ntk_k], lr=1e-2)
+        Z, kvec, _ = (t.detach() for t in layer.tensors())
+        layer.set("default", Z, kvec, ntk.layer._calibrated(seen))
+    opt = torch.optim.Adam([layer.ntk_Z["default"], layer.ntk_k["default"]], lr=1e-2)
     for _ in range(steps):
         loss = (attend() - target).pow(2).mean()
         opt.zero_grad()
@@ -103,7 +106,8 @@ def test_text_init_compresses_the_keys_and_values_of_real_inputs():
     real = inputs["attention_mask"].bool()
     keys, values = (captured[x][real][:10].view(10, 4, 8).transpose(0, 1) for x in "kv")  # [heads, 10, d]
     Z = (keys * 8 ** -0.25).transpose(-1, -2) @ values  # φ(√s k) = √s·k for the identity map, s = 1/√d
-    got = torch.exp(first.ntk_log_scale)[:, None, None] * first.ntk_Z
+    stored, _, log_scale = first.ntk_attention.tensors()
+    got = torch.exp(log_scale)[:, None, None] * stored
     assert torch.allclose(got, Z, rtol=1e-5, atol=1e-6)
     assert not torch.equal(logits(injected, inputs), logits(tiny("bert"), inputs))  # the prefix acts
 
@@ -111,10 +115,10 @@ def test_text_init_compresses_the_keys_and_values_of_real_inputs():
 def test_square_keys_stay_positive_and_prefix_lr_marks_z_k_and_the_gate():
     model = inject(tiny("bert"), "ntk", calibration=batch("bert"), k_map="square", scale="calibrated", gate=True,
                    prefix_lr=0.05).model
-    module = ntk.modules_of(model)[0]
-    module.ntk_k.data.normal_()
-    assert (ntk.key_map("square", module.ntk_k) >= 0).all()
-    marked = {n.rsplit(".", 1)[-1] for n, p in model.named_parameters() if getattr(p, LR_OVERRIDE, None) == 0.05}
+    layer = ntk.modules_of(model)[0]
+    layer.ntk_k["default"].data.normal_()
+    assert (layer.tensors()[1] >= 0).all()
+    marked = {n.split(".")[-2] for n, p in model.named_parameters() if getattr(p, LR_OVERRIDE, None) == 0.05}
     assert marked == {"ntk_Z", "ntk_k", "ntk_log_scale"}
     assert not any(getattr(p, LR_OVERRIDE, None) for n, p in model.named_parameters() if "classifier" in n)
 

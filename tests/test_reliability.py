@@ -377,7 +377,7 @@ import psutil
 import ntkcli.recipes
 if sys.argv[1] == "no-estimate":  # an estimate that lets everything through: the allocator has the last word
     ntkcli.recipes.beyond_memory = lambda need, device: None
-limit = psutil.Process().memory_info().vms + 2 * 2**30  # 2 GiB more than the process has mapped
+limit = psutil.Process().memory_info().vms + 2**30  # 1 GiB more than the process has mapped (ntkcli loaded)
 resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
 from ntkcli.cli import app
 sys.argv = ["ntk", *sys.argv[2:]]

@@ -17,7 +17,7 @@ from torch import nn
 
 from . import lora, lora_ntk, ntk, peft_any, ptuning_v2
 from .common import (LR_OVERRIDE, Adapter, Options, attention_modules, count_parameters, freeze_backbone, head_shape,
-                     peft_trainable, register, task_head)
+                     inject_attention, peft_trainable, task_head)
 
 INTERFACE_METHODS: dict[str, Adapter] = {ntk.NAME: ntk, ptuning_v2.NAME: ptuning_v2}
 OPTIONS: dict[str, type[Options]] = {**{name: m.OPTIONS for name, m in INTERFACE_METHODS.items()},
@@ -35,31 +35,18 @@ class Injected:
     total: int
 
 
-def _inject_attention(model: nn.Module, method: Adapter, opts: Options, calibration: dict | None) -> None:
-    shape = head_shape(model.config)
-    gen = torch.Generator().manual_seed(opts.seed)
-    modules = attention_modules(model)
-    if not modules:
-        raise ValueError(f"{type(model).__name__} has no attention modules with key/value projections to adapt")
-    for module in modules:
-        method.add_parameters(module, shape, opts, gen)
-    register(method)
-    model.set_attn_implementation(method.NAME)
-    method.calibrate(model, opts, calibration)
-
-
 def inject(model: nn.Module, method, calibration: dict | None = None, **options) -> Injected:
     """Freeze the backbone (the task head stays trainable) and add `method`'s trainable parameters. `method` is a
-    name (its options as keywords), an options object (`ntk.NTKOptions(...)`) or a config with `method` and
-    `options` (`NTKConfig`). `calibration`, a batch of training inputs (the model's keyword arguments), is what
-    options that read real inputs use (ntk's init 'text' and scale 'calibrated')."""
+    name (its options as keywords), an options object (`ntk.NTKOptions(...)`) or an `NTKAttentionConfig` (ntk's
+    layers are the ones `get_peft_model` injects). `calibration`, a batch of training inputs (the model's keyword
+    arguments), is what options that read real inputs use (ntk's init 'text' and scale 'calibrated')."""
     if isinstance(method, Options):
         name = next((n for n, kind in OPTIONS.items() if type(method) is kind and kind is not Options), None)
         if name is None:
             raise ValueError(f"{type(method).__name__} names no method; pass the method's name")
         method, options = name, {**method.model_dump(), **options}
-    elif hasattr(method, "method") and hasattr(method, "options"):  # NTKConfig (adapters/model.py)
-        method, options = method.method, {**method.options, **options}
+    elif isinstance(method, ntk.NTKAttentionConfig):
+        method, options = ntk.NAME, {**method.options().model_dump(), **options}
     if method not in OPTIONS:
         raise ValueError(f"unknown method {method!r}; choose one of {', '.join(METHODS)}")
     opts = OPTIONS[method](**options)
@@ -79,7 +66,8 @@ def inject(model: nn.Module, method, calibration: dict | None = None, **options)
         freeze_backbone(model)
         for name, p in model.named_parameters():
             p.requires_grad_(p.requires_grad or name in peft_adapters)
-        _inject_attention(model, INTERFACE_METHODS[method], opts, calibration)
+        inject_attention(model, INTERFACE_METHODS[method], opts)
+        INTERFACE_METHODS[method].calibrate(model, calibration)
     return Injected(model, method, opts.model_dump(), *count_parameters(model))
 
 
@@ -113,10 +101,10 @@ def requirements(build, method: str, *, image: bool, tokens: int, batch: int, **
 
 def adapter_state(model: nn.Module) -> dict[str, torch.Tensor]:
     """The tensors a saved adapter holds: every trainable parameter and the methods' buffers."""
-    buffers = {name for m in INTERFACE_METHODS.values() for name in m.STATE}
+    state = {name for m in INTERFACE_METHODS.values() for name in m.STATE}
     trainable = {n for n, p in model.named_parameters() if p.requires_grad}
     return {n: t.detach().cpu().contiguous() for n, t in model.state_dict().items()
-            if n in trainable or n.rsplit(".", 1)[-1] in buffers}
+            if n in trainable or state & set(n.split("."))}
 
 
 def save_adapter(injected: Injected, directory: str | Path) -> Path:

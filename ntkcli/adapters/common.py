@@ -167,11 +167,13 @@ class Adapter(Protocol):
     STATE: tuple[str, ...]  # the module attributes a saved adapter holds besides the trainable parameters
     OPTIONS: type[Options]
 
-    def add_parameters(self, module: nn.Module, shape: HeadShape, opts: Options, gen: torch.Generator) -> None:
-        """Attach the method's tensors to one attention module."""
+    def add_parameters(self, module: nn.Module, shape: HeadShape, opts: Options, gen: torch.Generator,
+                       adapter_name: str = "default") -> None:
+        """Attach the method's tensors (under `adapter_name`) to one attention module."""
 
-    def calibrate(self, model: nn.Module, opts: Options, batch: dict | None) -> None:
-        """Whatever the options read from a batch of training inputs, once every module has its tensors."""
+    def calibrate(self, model: nn.Module, batch: dict | None) -> None:
+        """Whatever the active adapter's options read from a batch of training inputs, once every module has its
+        tensors."""
 
     def footprint(self, opts: Options, shape: HeadShape, layers: int, tokens: int, batch: int) -> int:
         """Roughly the bytes a training run needs beyond the frozen model (its tensors, their optimizer state and
@@ -195,6 +197,21 @@ def interface_call(adapter: Adapter) -> Callable:
         return out.transpose(1, 2).contiguous(), None
 
     return forward
+
+
+def inject_attention(model: nn.Module, adapter: Adapter, opts: Options, adapter_name: str = "default") -> list[nn.Module]:
+    """Give every attention module the adapter's tensors (seeded by opts.seed) and route attention through it;
+    returns the modules."""
+    shape = head_shape(model.config)
+    gen = torch.Generator().manual_seed(opts.seed)
+    modules = attention_modules(model)
+    if not modules:
+        raise ValueError(f"{type(model).__name__} has no attention modules with key/value projections to adapt")
+    for module in modules:
+        adapter.add_parameters(module, shape, opts, gen, adapter_name)
+    register(adapter)
+    model.set_attn_implementation(adapter.NAME)
+    return modules
 
 
 def register(adapter: Adapter) -> None:

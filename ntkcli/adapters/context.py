@@ -62,7 +62,7 @@ class _Capture:
     @staticmethod
     def forward(module, q, k, v, *, mask, scale, is_causal):
         module.ntk_captured = (k.detach(), v.detach(), _key_mask(mask, k))
-        if hasattr(module, "ntk_Z"):  # an injected NTK-Attention adapter runs as it would on the context
+        if _adapted(module):  # an injected NTK-Attention adapter runs as it would on the context
             return ntk.forward(module, q, k, v, mask=mask, scale=scale, is_causal=is_causal)
         return attention_lse(q, k, v, scale=scale, attn_mask=mask, is_causal=is_causal)[0]
 
@@ -79,15 +79,25 @@ class _Attend:
         if kind == "exact":
             pk, pv = (repeat_kv(t, groups, t.dim() - 3) for t in memory)
             mean, lse = prefix_attention_lse(q, k, v, pk, pv, scale=scale, attn_mask=mask, is_causal=is_causal)
-            if hasattr(module, "ntk_Z"):  # an injected NTK-Attention adapter: its (Z, k) on top of [context; input]
+            if _adapted(module):  # an injected NTK-Attention adapter: its (Z, k) on top of [context; input]
                 return ntk.with_state(module, q, k, v, mean, lse, mask=mask, scale=scale)
             return mean
-        if hasattr(module, "ntk_Z"):
+        if _adapted(module):
             raise ValueError("a compressed memory on a model with NTK-Attention injected is not supported: attend "
                              "to the exact memory (context_memory), or to the compressed one on the base model")
         Z, kvec, log_scale = (repeat_kv(t, groups, t.dim() - d) for t, d in zip(memory, (3, 2, 1)))
         return ntk_attention(q, k, v, Z, kvec, feature_map=fmap, scale=scale, attn_mask=mask, is_causal=is_causal,
                              log_scale=log_scale)
+
+
+def _adapted(module: nn.Module) -> bool:
+    """Whether an attention module carries an enabled NTK-Attention adapter."""
+    return hasattr(module, "ntk_attention") and not module.ntk_attention.disable_adapters
+
+
+def base_of(model: nn.Module) -> nn.Module:
+    """The Hugging Face model inside a peft model (NTK-Attention's layers stay in it), or the model itself."""
+    return model.get_base_model() if hasattr(model, "get_base_model") else model
 
 
 def _key_mask(mask: Tensor | None, k: Tensor) -> Tensor:
@@ -126,7 +136,7 @@ def chunks(tokenizer, texts: list[str], width: int, tokens: int | None = None) -
 def context_memory(model: nn.Module, tokenizer, context: str | list[list[int]], *, batch: int = 16) -> Memory:
     """The exact memory of a context: every layer's keys and values of all its real tokens, from the frozen model
     run on the context alone (a text, cut into sequences of the model's positions, or such sequences of ids)."""
-    model = getattr(model, "wrapped", model)  # an NTKModel: the model it wraps
+    model = base_of(model)
     pieces = chunks(tokenizer, [context], model.config.max_position_embeddings) if isinstance(context, str) else context
     per_layer: list[list[tuple[Tensor, Tensor]]] = []
     device = next(model.parameters()).device
@@ -168,7 +178,7 @@ def _shifted(model: nn.Module, offset: int) -> Iterator[None]:
     """The model's forward with every position moved on by `offset` (derived from the attention mask, as generate()
     does, when the caller gives none), so that new text sits after a context whose keys took positions 0 … offset−1;
     generate() goes through it too. The forward keeps its signature (generate reads it)."""
-    plain, own = model.forward, "forward" in vars(model)  # a wrapper (NTKModel) may have a forward of its own
+    plain, own = model.forward, "forward" in vars(model)  # a model may carry a forward of its own
 
     @functools.wraps(plain)
     def forward(*args, **kwargs):
@@ -197,7 +207,7 @@ def attending(model: nn.Module, memory: Memory) -> Iterator[nn.Module]:
     """Inside, every attention layer of `model` attends to its layer of `memory` besides its input; on a RoPE model
     the new text's positions start after the context's (memory.positions), in forward and generate() alike. An
     injected NTK-Attention adapter adds its trained (Z, k) on top (with an exact memory)."""
-    model = getattr(model, "wrapped", model)  # an NTKModel: the model it wraps (its generate goes there)
+    model = base_of(model)
     shift = _shifted(model, memory.positions) if memory.positions and rotary(model) else contextlib.nullcontext()
     with _implementation(model, _Attend) as modules, shift:
         if len(modules) != len(memory.layers):

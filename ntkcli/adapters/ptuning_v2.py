@@ -26,8 +26,11 @@ class PTuningOptions(Options):
 OPTIONS = PTuningOptions
 
 
-def add_parameters(module: nn.Module, shape: HeadShape, opts: PTuningOptions, gen: torch.Generator) -> None:
-    """Attach prefix_key and prefix_value [kv_heads, m, head_dim] to one attention module."""
+def add_parameters(module: nn.Module, shape: HeadShape, opts: PTuningOptions, gen: torch.Generator,
+                   adapter_name: str = "default") -> None:
+    """Attach prefix_key and prefix_value [kv_heads, m, head_dim] to one attention module (one adapter)."""
+    if adapter_name != "default":
+        raise ValueError("ptuning-v2 holds one adapter per model, named 'default'")
     device = module_device(module)
     if opts.init == "prefix":
         keys, values = random_prefix(module, shape, opts.prefix_length, gen)
@@ -45,7 +48,7 @@ def footprint(opts: PTuningOptions, shape: HeadShape, layers: int, tokens: int, 
     return 16 * trained + 2 * 4 * layers * batch * shape.heads * tokens * (tokens + opts.prefix_length)
 
 
-def calibrate(model: nn.Module, opts: PTuningOptions, batch: dict | None) -> None:
+def calibrate(model: nn.Module, batch: dict | None) -> None:
     """Nothing to calibrate: the prefix is drawn when it is added."""
 
 

@@ -249,18 +249,41 @@ def ntk_combine(mean: Tensor, lse: Tensor, f: Tensor, c: Tensor, Z: Tensor, kvec
     return _Combine.apply(mean.to(wd), torch.exp(lse - top), torch.exp(g - top), fzk).to(mean.dtype)
 
 
+def _checked_mask(attn_mask: Tensor | None, padding_mask: Tensor | None, q: Tensor, k: Tensor) -> Tensor | None:
+    """attn_mask checked against [B, H, L, S], or a [B, S] padding mask as the [B, 1, 1, S] keep-mask SDPA takes;
+    a mask of another shape is one ValueError that says what is taken."""
+    full = (q.shape[0], q.shape[1], q.shape[-2], k.shape[-2])
+    if padding_mask is not None:
+        if attn_mask is not None or tuple(padding_mask.shape) != (full[0], full[3]):
+            raise ValueError(f"padding_mask must be [B, S] = {[full[0], full[3]]} (and attn_mask unset), not "
+                             f"{list(padding_mask.shape)}")
+        return padding_mask.bool()[:, None, None, :]
+    if attn_mask is not None:
+        try:
+            fits = torch.broadcast_shapes(attn_mask.shape, full) == torch.Size(full)
+        except RuntimeError:
+            fits = False
+        if not fits:
+            raise ValueError(f"attn_mask of shape {list(attn_mask.shape)} does not broadcast to [B, H, L, S] = "
+                             f"{list(full)}; give a [B, S] padding mask as padding_mask=")
+    return attn_mask
+
+
 def ntk_attention(q: Tensor, k: Tensor, v: Tensor, Z: Tensor, kvec: Tensor, *,
                   feature_map: FeatureMap = elu, scale: float | None = None,
-                  attn_mask: Tensor | None = None, is_causal: bool = False,
+                  attn_mask: Tensor | None = None, padding_mask: Tensor | None = None, is_causal: bool = False,
                   log_scale: Tensor | float = 0.0) -> Tensor:
     """Algorithm 1: T = D⁻¹(A·V + φ(Q)Z), D = diag(A·1 + φ(Q)k), A = exp(s·QKᵀ) ∘ M, in log space.
 
     q, k, v: [B, H, L, d] (k, v may have another length); Z: [H, dφ, dv]; kvec: [H, dφ];
+    attn_mask as SDPA takes it (boolean keep-mask or additive, broadcasting to [B, H, L, S]); padding_mask
+    [B, S] (1 or True = a real key), as tokenizers give it;
     φ is applied to √s·q, so that φ(√s q)·φ(√s k) ≈ exp(s q·k) for the exp-approximating maps;
     log_scale ([H] or scalar) multiplies Z and k by exp(log_scale) without overflow.
     A row whose input keys are all masked sees the prefix alone, φ(Q)Z / φ(Q)k, or is zero where φ(Q)k = 0.
     """
     scale = q.shape[-1] ** -0.5 if scale is None else scale
+    attn_mask = _checked_mask(attn_mask, padding_mask, q, k)
     mean, lse = attention_lse(q, k, v, scale=scale, attn_mask=attn_mask, is_causal=is_causal)
     f, c = feature_map(q.to(_work_dtype(q.dtype)), math.sqrt(scale))
     return ntk_combine(mean, lse, f, c, Z, kvec, log_scale)

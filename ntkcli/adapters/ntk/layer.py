@@ -18,51 +18,67 @@ for Z, k and g (prefix_lr).
 from __future__ import annotations
 
 import math
-from typing import Literal
 
 import torch
 import torch.nn.functional as F
-from pydantic import Field
+from peft.tuners.tuners_utils import BaseTunerLayer
 from torch import Tensor, nn
 
-from ..attention import FEATURE_MAPS, attention_lse, compress_prefix, feature_map, ntk_combine
-from .common import LR_OVERRIDE, HeadShape, Options, module_device, random_prefix, repeat_kv
+from ...attention import attention_lse, compress_prefix, feature_map, ntk_combine
+from ..common import LR_OVERRIDE, HeadShape, module_device, random_prefix, repeat_kv
+from .config import NTKOptions
 
-NAME = "ntk"
-STATE = ("ntk_Z", "ntk_k", "ntk_log_scale")  # what a saved adapter holds besides the trained tensors
+NAME = "ntk"  # the attention implementation's name, and the method's in recipes
+STATE = ("ntk_Z", "ntk_k", "ntk_log_scale")  # the tensors of one adapter on every layer
 SQUARE_START = 1e-3  # κ where a square key map starts at k = 0 (κ² has no gradient at 0): k = 1e-6
+OPTIONS = NTKOptions
 
 
-class NTKOptions(Options):
-    init: Literal["zeros", "paper", "prefix", "text"] = Field(
-        "zeros", description="zeros: starts as the base model; paper: the released ChatGLM script's randn/1e4; "
-        "prefix: Eq. (4) from a random prefix through the layer's own key/value projections; text: Eq. (4) from "
-        "the keys and values of real training inputs through the frozen model (prefix_length tokens per layer)")
-    feature_map: Literal[FEATURE_MAPS] = Field("elu", description="φ (elu is the paper's)")  # type: ignore[valid-type]
-    num_features: int = Field(256, ge=1, description="random features of the favor map")
-    prefix_length: int = Field(100, ge=1, description="m: the prefix that init 'prefix' draws, the tokens init 'text' "
-                               "compresses")
-    k_map: Literal["signed", "abs", "square"] = Field(
-        "signed", description="k as a function of the trained κ: signed (k = κ), abs (|κ|, the released code: with a "
-        "zero init it never moves), square (κ², never negative, so the denominator stays positive for φ ≥ 0)")
-    scale: Literal["fixed", "calibrated"] = Field(
-        "fixed", description="fixed: g is the init's own log-scale (0 for zeros and paper); calibrated: g per head "
-        "from a batch of training inputs, so that k = 1 in every entry would hold half the attention mass of the "
-        "median real query row (a unit step then moves the share visibly)")
-    gate: bool = Field(False, description="train g too (its gradient needs a nonzero Z or k at init)")
-    phi_dropout: float = Field(0.0, ge=0, lt=1, description="dropout on φ(Q) while training (the released ViT "
-                               "script's 0.2)")
-    prefix_lr: float | None = Field(None, gt=0, description="AdamW step of Z, k and g; the task head keeps the "
-                                    "method's step")
-    seed: int = Field(0, ge=0, description="seed of the random init and of the favor features")
+class NTKAttentionLayer(nn.Module, BaseTunerLayer):
+    """The NTK-Attention tensors of one attention module (its child `ntk_attention`), per adapter name as peft's
+    layers keep theirs: Z, κ and g in ParameterDicts (g frozen unless the adapter's option gate), and each
+    adapter's options and feature map. The attention module itself is not replaced: transformers' attention
+    interface calls `forward` below with it, which reads the active adapter here."""
+
+    adapter_layer_names = STATE
+    other_param_names = ("ntk_options", "ntk_feature_map")
+
+    def __init__(self):
+        super().__init__()
+        self.ntk_Z, self.ntk_k, self.ntk_log_scale = nn.ParameterDict(), nn.ParameterDict(), nn.ParameterDict()
+        self.ntk_options: dict[str, NTKOptions] = {}
+        self.ntk_feature_map: dict = {}
+        self.frozen_peft_weight_names: dict[str, tuple[str, ...]] = {}
+        self.pending: set[str] = set()  # adapters whose options read a batch that `calibrate` has not given yet
+        self.merged_adapters = []
+        self.probe = None
 
     @property
-    def needs_batch(self) -> bool:
-        """Whether the adapter reads training inputs when it is added (init text, calibrated scale)."""
-        return self.init == "text" or self.scale == "calibrated"
+    def adapter(self) -> str:
+        """The one active adapter (NTK-Attention runs one at a time)."""
+        active = self.active_adapters
+        if len(active) != 1:
+            raise ValueError(f"NTK-Attention runs one adapter at a time; active: {active}")
+        if active[0] in self.pending:
+            raise ValueError(f"adapter {active[0]!r} has options that read training inputs (init 'text' or scale "
+                             "'calibrated'): call ntkcli.calibrate(model, batch) before using it")
+        return active[0]
 
+    def tensors(self, name: str | None = None) -> tuple[Tensor, Tensor, Tensor]:
+        """(Z, k(κ), g) of an adapter (the active one by default), as the attention uses them."""
+        name = name or self.adapter
+        return self.ntk_Z[name], key_map(self.ntk_options[name].k_map, self.ntk_k[name]), self.ntk_log_scale[name]
 
-OPTIONS = NTKOptions
+    def set(self, name: str, Z: Tensor, k: Tensor, g: Tensor) -> None:
+        """Store an adapter's (Z, k, g): the trained tensors are Z and κ with k(κ) = k; g trains only with gate."""
+        opts, device = self.ntk_options[name], module_device(self)
+        self.ntk_Z[name] = nn.Parameter(Z.float().to(device))
+        self.ntk_k[name] = nn.Parameter(_kappa(opts.k_map, k.float()).to(device))
+        self.ntk_log_scale[name] = nn.Parameter(g.float().to(device), requires_grad=opts.gate)
+        self.frozen_peft_weight_names[name] = () if opts.gate else ("ntk_log_scale",)
+        for p in (self.ntk_Z[name], self.ntk_k[name], self.ntk_log_scale[name]):
+            if opts.prefix_lr is not None and p.requires_grad:
+                setattr(p, LR_OVERRIDE, opts.prefix_lr)
 
 
 def feature_dim(opts: NTKOptions, head_dim: int) -> int:
@@ -113,27 +129,23 @@ def _scale(module: nn.Module, shape: HeadShape) -> float:
     return getattr(module, "scaling", None) or 1.0 / math.sqrt(shape.head_dim)
 
 
-def _set(module: nn.Module, Z: Tensor, k: Tensor, g: Tensor) -> None:
-    """Store (Z, k, g): the trained tensors are Z and κ with k(κ) = k, g a buffer or (gate) a parameter."""
-    device = module_device(module)
-    module.ntk_Z = nn.Parameter(Z.float().to(device))
-    module.ntk_k = nn.Parameter(_kappa(module.ntk_k_map, k.float()).to(device))
-    if module.ntk_gate:
-        module.ntk_log_scale = nn.Parameter(g.float().to(device))
-    else:
-        module.register_buffer("ntk_log_scale", g.float().to(device))
-    for p in (module.ntk_Z, module.ntk_k, module.ntk_log_scale):
-        if isinstance(p, nn.Parameter) and module.ntk_step is not None:
-            setattr(p, LR_OVERRIDE, module.ntk_step)
-
-
-def add_parameters(module: nn.Module, shape: HeadShape, opts: NTKOptions, gen: torch.Generator) -> None:
-    """Attach Z, κ (trainable), g (a buffer, or trainable with gate) and the options to one attention module."""
+def add_parameters(module: nn.Module, shape: HeadShape, opts: NTKOptions, gen: torch.Generator,
+                   adapter_name: str = "default") -> None:
+    """Give one attention module the adapter `adapter_name`: its layer (made on first use) gets Z, κ, g and the
+    options."""
+    if not isinstance(getattr(module, "ntk_attention", None), NTKAttentionLayer):
+        module.ntk_attention = NTKAttentionLayer().to(module_device(module))
+    layer = module.ntk_attention
+    if adapter_name in layer.ntk_options:
+        raise ValueError(f"{type(module).__name__} has an NTK-Attention adapter named {adapter_name!r} already")
     fmap = feature_map(opts.feature_map, shape.head_dim, opts.num_features, opts.seed)
     dphi = fmap(torch.zeros(1, shape.head_dim))[0].shape[-1]
-    module.ntk_feature_map, module.ntk_k_map, module.ntk_gate = fmap, opts.k_map, opts.gate
-    module.ntk_phi_dropout, module.ntk_step, module.ntk_probe = opts.phi_dropout, opts.prefix_lr, None
-    _set(module, *_initial(module, shape, opts, fmap, dphi, gen))
+    layer.ntk_options[adapter_name], layer.ntk_feature_map[adapter_name] = opts, fmap
+    layer.set(adapter_name, *_initial(module, shape, opts, fmap, dphi, gen))
+    if opts.needs_batch:
+        layer.pending.add(adapter_name)
+    # the first adapter becomes the active one; a later one waits for set_adapter (peft's way), frozen till then
+    layer.set_adapter(adapter_name if len(layer.ntk_options) == 1 else layer.active_adapters)
 
 
 def _real_rows(mask: Tensor | None, B: int, L: int, S: int, device) -> Tensor:
@@ -158,50 +170,57 @@ def share(lse: Tensor, f: Tensor, c: Tensor, k: Tensor, g: Tensor) -> Tensor:
 
 def forward(module: nn.Module, q: Tensor, k: Tensor, v: Tensor, *, mask: Tensor | None, scale: float,
             is_causal: bool) -> Tensor:
-    """Algorithm 1 with this module's (Z, k, g), each key/value head's tensors shared by its query heads."""
+    """Algorithm 1 with the active adapter's (Z, k, g), each key/value head's tensors shared by its query heads;
+    softmax attention alone while the layer's adapters are disabled."""
     mean, lse = attention_lse(q, k, v, scale=scale, attn_mask=mask, is_causal=is_causal)
+    if module.ntk_attention.disable_adapters:
+        return mean
     return with_state(module, q, k, v, mean, lse, mask=mask, scale=scale)
 
 
 def with_state(module: nn.Module, q: Tensor, k: Tensor, v: Tensor, mean: Tensor, lse: Tensor, *,
                mask: Tensor | None, scale: float) -> Tensor:
-    """Algorithm 1's last step: the softmax attention of q over its keys, as (mean, lse), combined with this
-    module's (Z, k, g). `attending` passes the attention over [context; input] here."""
-    groups = q.shape[1] // module.ntk_Z.shape[0]
-    f, c = module.ntk_feature_map(q.to(torch.promote_types(q.dtype, torch.float32)), math.sqrt(scale))
-    f = F.dropout(f, module.ntk_phi_dropout, module.training) if module.ntk_phi_dropout else f
-    kvec = repeat_kv(key_map(module.ntk_k_map, module.ntk_k), groups, 0)
-    g = repeat_kv(module.ntk_log_scale, groups, 0)
-    if module.ntk_probe is not None:  # what calibrate and statistics read (k and v: one query head per group)
+    """Algorithm 1's last step: the softmax attention of q over its keys, as (mean, lse), combined with the
+    active adapter's (Z, k, g) on this attention module. `attending` passes the attention over [context; input]
+    here."""
+    layer = module.ntk_attention
+    name = layer.adapter
+    Z, kvec, g = layer.tensors(name)
+    groups = q.shape[1] // Z.shape[0]
+    f, c = layer.ntk_feature_map[name](q.to(torch.promote_types(q.dtype, torch.float32)), math.sqrt(scale))
+    dropout = layer.ntk_options[name].phi_dropout
+    f = F.dropout(f, dropout, layer.training) if dropout else f
+    kvec, g = repeat_kv(kvec, groups, 0), repeat_kv(g, groups, 0)
+    if layer.probe is not None:  # what calibrate and statistics read (k and v: one query head per group)
         rows = _real_rows(mask, q.shape[0], q.shape[2], k.shape[2], q.device)
-        module.ntk_probe.append({"lse": lse.detach(), "f": f.detach(), "c": c.detach(), "k": k[:, ::groups].detach(),
-                                 "v": v[:, ::groups].detach(), "rows": rows, "share": share(lse, f, c, kvec, g).detach(),
-                                 "groups": groups, "scale": scale})
-    out = ntk_combine(mean, lse, f, c, repeat_kv(module.ntk_Z, groups, 0), kvec, g)
+        layer.probe.append({"lse": lse.detach(), "f": f.detach(), "c": c.detach(), "k": k[:, ::groups].detach(),
+                            "v": v[:, ::groups].detach(), "rows": rows, "share": share(lse, f, c, kvec, g).detach(),
+                            "groups": groups, "scale": scale})
+    out = ntk_combine(mean, lse, f, c, repeat_kv(Z, groups, 0), kvec, g)
     # a padded query (no visible input key) is zero, as SDPA gives: its φ(Q)Z/φ(Q)k is unbounded once k is
     # trained (φ(Q)k can cross zero), and in half precision an overflowed row reaches the next layer's
     # visible rows through its values
     return out.masked_fill((lse == -math.inf).unsqueeze(-1), 0.0)
 
 
-def modules_of(model: nn.Module) -> list[nn.Module]:
-    """The attention modules that carry NTK-Attention tensors, in the model's order."""
-    return [m for m in model.modules() if hasattr(m, "ntk_Z")]
+def modules_of(model: nn.Module) -> list[NTKAttentionLayer]:
+    """The NTK-Attention layers of a model, in its order."""
+    return [m for m in model.modules() if isinstance(m, NTKAttentionLayer)]
 
 
 def probe(model: nn.Module, batch: dict) -> list[dict]:
-    """One forward of `batch` (no gradient, the model's mode kept) recording, per NTK module, what its attention
+    """One forward of `batch` (no gradient, the model's mode kept) recording, per NTK layer, what its attention
     saw: lse, φ(Q) as (f, c), the key/value heads' keys and values, the real query rows and the prefix's share."""
-    modules = modules_of(model)
-    for m in modules:
-        m.ntk_probe = []
+    layers = modules_of(model)
+    for layer in layers:
+        layer.probe = []
     try:
         with torch.no_grad():
             model(**batch)
-        return [m.ntk_probe[0] for m in modules]
+        return [layer.probe[0] for layer in layers]
     finally:
-        for m in modules:
-            m.ntk_probe = None
+        for layer in layers:
+            layer.probe = None
 
 
 def _per_kv_head(x: Tensor, rows: Tensor, groups: int) -> list[Tensor]:
@@ -212,32 +231,37 @@ def _per_kv_head(x: Tensor, rows: Tensor, groups: int) -> list[Tensor]:
     return [head[keep] for head in picked]
 
 
-def calibrate(model: nn.Module, opts: NTKOptions, batch: dict | None) -> None:
-    """What the options read from training inputs: init text fills (Z, k) by Eq. (4) from each layer's keys and
-    values of the batch's real tokens (the first prefix_length of them), through the model as it stands (the base
-    model: Z = k = 0); scale calibrated sets g per key/value head to the median over real query rows of
-    lse − c − log Σφ̃(q), so that k = 1 would hold half that row's mass. The function at init is unchanged by the
-    scale: Z and k are divided by e^g."""
-    if not opts.needs_batch:
+def calibrate(model: nn.Module, batch: dict | None) -> None:
+    """What the active adapter's options read from training inputs: init text fills (Z, k) by Eq. (4) from each
+    layer's keys and values of the batch's real tokens (the first prefix_length of them), through the model as it
+    stands (the base model: Z = k = 0); scale calibrated sets g per key/value head to the median over real query
+    rows of lse − c − log Σφ̃(q), so that k = 1 would hold half that row's mass. The function at init is unchanged
+    by the scale: Z and k are divided by e^g."""
+    layers = modules_of(model)
+    name = layers[0].active_adapters[0] if layers else None
+    if not layers or name not in layers[0].pending:
         return
     if batch is None:
         raise ValueError("init 'text' and scale 'calibrated' read a batch of training inputs; none was given")
-    for module, seen in zip(modules_of(model), probe(model, batch)):
-        Z, k = module.ntk_Z.detach(), key_map(module.ntk_k_map, module.ntk_k.detach())
-        g = module.ntk_log_scale.detach()
+    opts = layers[0].ntk_options[name]
+    for layer in layers:
+        layer.pending.discard(name)
+    for layer, seen in zip(layers, probe(model, batch)):
+        Z, k, g = (t.detach() for t in layer.tensors(name))
         if opts.init == "text":
-            Z, k, g = _text_prefix(module, seen, opts.prefix_length)
+            Z, k, g = _text_prefix(layer, seen, opts.prefix_length)
         if opts.scale == "calibrated":
             target = _calibrated(seen)
             Z, k, g = Z * torch.exp(g - target)[:, None, None], k * torch.exp(g - target)[:, None], target
-        _set(module, Z, k, g)
+        layer.set(name, Z, k, g)
 
 
-def _text_prefix(module: nn.Module, seen: dict, m: int) -> tuple[Tensor, Tensor, Tensor]:
+def _text_prefix(layer: NTKAttentionLayer, seen: dict, m: int) -> tuple[Tensor, Tensor, Tensor]:
     """Eq. (4) over the first m real tokens of the batch at this layer: keys and values [kv_heads, m, d]."""
     keys, values, rows = seen["k"], seen["v"], seen["rows"]  # [B, kv, S, d]; rows [B, L] (S = L)
     pick = lambda t: t.permute(1, 0, 2, 3)[:, rows][:, :m].float()  # noqa: E731 — [kv, tokens, d]
-    return compress_prefix(pick(keys), pick(values), module.ntk_feature_map, scale=seen["scale"])[0]
+    fmap = layer.ntk_feature_map[layer.adapter]
+    return compress_prefix(pick(keys), pick(values), fmap, scale=seen["scale"])[0]
 
 
 def _calibrated(seen: dict) -> Tensor:
@@ -253,13 +277,12 @@ def mean_share(seen: dict) -> list[float]:
 
 
 def statistics(model: nn.Module, batch: dict) -> list[dict]:
-    """Per NTK module and key/value head: the prefix's share of attention mass averaged over the batch's real query
+    """Per NTK layer and key/value head: the prefix's share of attention mass averaged over the batch's real query
     rows, |Z|, |k(κ)| and g (the effective tensors are e^g·Z and e^g·k)."""
     out = []
-    for layer, (module, seen) in enumerate(zip(modules_of(model), probe(model, batch))):
-        k = key_map(module.ntk_k_map, module.ntk_k.detach())
+    for index, (layer, seen) in enumerate(zip(modules_of(model), probe(model, batch))):
+        Z, k, g = (t.detach() for t in layer.tensors())
         for head, s in enumerate(mean_share(seen)):
-            out.append({"layer": layer, "head": head, "share": s,
-                        "z_norm": float(module.ntk_Z[head].detach().norm()), "k_norm": float(k[head].norm()),
-                        "log_scale": float(module.ntk_log_scale[head].detach())})
+            out.append({"layer": index, "head": head, "share": s, "z_norm": float(Z[head].norm()),
+                        "k_norm": float(k[head].norm()), "log_scale": float(g[head])})
     return out
