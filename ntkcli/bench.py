@@ -352,16 +352,17 @@ def _peft_config(label: str):
 
 
 def _peft_step(label: str, device: str, batch: int, length: int):
-    """A MiniLM-sized Llama (6 layers, width 384, 12 heads; random weights: speed does not depend on them) with one
+    """A MiniLM-sized Llama (6 layers, width 384, 12 heads, a 1,000-token vocabulary so that the LM head does not hide
+    the attention; random weights: speed does not depend on them) with one
     peft method from get_peft_model, and one AdamW step on seeded random tokens; the model."""
     from peft import get_peft_model
     from transformers import AutoConfig, AutoModelForCausalLM
 
     torch.manual_seed(0)
     config = AutoConfig.for_model("llama", hidden_size=384, num_hidden_layers=6, num_attention_heads=12,
-                                  intermediate_size=1536, vocab_size=32000)
+                                  intermediate_size=1536, vocab_size=1000)
     model = get_peft_model(AutoModelForCausalLM.from_config(config), _peft_config(label)).to(device).train()
-    ids = torch.randint(0, 32000, (batch, length), generator=torch.Generator().manual_seed(0)).to(device)
+    ids = torch.randint(0, 1000, (batch, length), generator=torch.Generator().manual_seed(0)).to(device)
     opt = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=1e-3)
     sync = _sync(device)
 
