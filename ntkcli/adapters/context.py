@@ -39,8 +39,12 @@ class Memory:
 
     kind: Literal["exact", "compressed"]
     layers: list[tuple[Tensor, ...]]
-    feature_map: FeatureMap | None = None
+    feature_map: FeatureMap | list[FeatureMap] | None = None  # compressed: one φ, or one per layer (learned maps)
     positions: int = 0  # the positions the context's keys took (its longest sequence): where new text starts
+
+    def map_at(self, layer: int) -> FeatureMap | None:
+        """The φ of one layer."""
+        return self.feature_map[layer] if isinstance(self.feature_map, list) else self.feature_map
 
     @property
     def tokens(self) -> int:
@@ -61,7 +65,7 @@ class _Capture:
 
     @staticmethod
     def forward(module, q, k, v, *, mask, scale, is_causal):
-        module.ntk_captured = (k.detach(), v.detach(), _key_mask(mask, k))
+        module.ntk_captured = (k.detach(), v.detach(), _key_mask(mask, k), q.detach())
         if _adapted(module):  # an injected NTK-Attention adapter runs as it would on the context
             return ntk.forward(module, q, k, v, mask=mask, scale=scale, is_causal=is_causal)
         return attention_lse(q, k, v, scale=scale, attn_mask=mask, is_causal=is_causal)[0]
@@ -145,7 +149,7 @@ def context_memory(model: nn.Module, tokenizer, context: str | list[list[int]], 
             padded = tokenizer.pad({"input_ids": pieces[start:start + batch]}, return_tensors="pt")
             model(**{k: t.to(device) for k, t in padded.items()})
             for layer, module in enumerate(modules):
-                keys, values, real = module.ntk_captured
+                keys, values, real, _ = module.ntk_captured
                 per_layer.extend([] for _ in range(layer + 1 - len(per_layer)))
                 per_layer[layer].extend((keys[r][:, real[r]], values[r][:, real[r]]) for r in range(keys.shape[0]))
                 del module.ntk_captured
@@ -153,14 +157,57 @@ def context_memory(model: nn.Module, tokenizer, context: str | list[list[int]], 
                             for rows in per_layer], positions=max(map(len, pieces)))
 
 
-def compress(memory: Memory, feature_map: FeatureMap, scale: float | None = None) -> Memory:
+def compress(memory: Memory, feature_map: FeatureMap | list[FeatureMap], scale: float | None = None) -> Memory:
     """Eq. (4) at every layer: Z = Σ_r φ(√s k_r) v_rᵀ, k = Σ_r φ(√s k_r) over the context's keys and values
-    (s = 1/√d unless given), as (Z, k, log_scale)."""
+    (s = 1/√d unless given), as (Z, k, log_scale); φ is one map, or one per layer."""
     d = memory.layers[0][0].shape[-1]
     s = d ** -0.5 if scale is None else scale
     wide = torch.promote_types(memory.layers[0][0].dtype, torch.float32)  # half memories compress in float32
-    return Memory("compressed", [compress_prefix(k.to(wide), v.to(wide), feature_map, scale=s)[0]
-                                 for k, v in memory.layers], feature_map, memory.positions)
+    maps = feature_map if isinstance(feature_map, list) else [feature_map] * len(memory.layers)
+    return Memory("compressed", [compress_prefix(k.to(wide), v.to(wide), fmap, scale=s)[0]
+                                 for (k, v), fmap in zip(memory.layers, maps)], feature_map, memory.positions)
+
+
+CACHES = ("first", "last", "strided", "sink", "pooled")
+
+
+def cache(memory: Memory, kind: str, tokens: int, sink: int = 4) -> Memory:
+    """An exact memory of `tokens` slots of the context's m (all of it when tokens ≥ m), what a user keeps instead
+    of a compressed state of the same bytes: the first tokens, the last, evenly strided ones, `sink` first tokens
+    and the most recent (attention sinks), or every slot the mean keys and values of one of `tokens` contiguous
+    segments (pooled)."""
+    m = memory.tokens
+    K = min(tokens, m)
+    device = memory.layers[0][0].device
+    if kind == "pooled":
+        segment = torch.arange(m, device=device) * K // m  # slot of each token: contiguous, sizes differing by ≤ 1
+        count = torch.bincount(segment, minlength=K).unsqueeze(-1)
+
+        def pool(t: Tensor) -> Tensor:
+            return t.new_zeros(*t.shape[:-2], K, t.shape[-1]).index_add_(-2, segment, t) / count
+
+        return Memory("exact", [tuple(pool(t) for t in layer) for layer in memory.layers], None, memory.positions)
+    head = min(sink, K)
+    index = {"first": torch.arange(K), "last": torch.arange(m - K, m),
+             "strided": torch.linspace(0, m - 1, K).round().long(),
+             "sink": torch.cat([torch.arange(head), torch.arange(m - (K - head), m)])}[kind].to(device)
+    return Memory("exact", [tuple(t.index_select(-2, index) for t in layer) for layer in memory.layers], None,
+                  memory.positions)
+
+
+def attention_inputs(model: nn.Module, tokenizer, texts: list[str], tokens: int) -> list[tuple[Tensor, Tensor, Tensor]]:
+    """Per layer, the queries and keys of texts run through the frozen model alone (each cut to `tokens` tokens),
+    [N, H, L, d] each, and which tokens are real [N, L]: what a learned feature map is fitted on."""
+    model = base_of(model)
+    device = next(model.parameters()).device
+    batch = {k: t.to(device) for k, t in tokenizer(texts, truncation=True, max_length=tokens, padding=True,
+                                                   return_tensors="pt").items()}
+    with _implementation(model, _Capture) as modules, torch.no_grad():
+        model(**batch)
+        out = [(module.ntk_captured[3], module.ntk_captured[0], module.ntk_captured[2]) for module in modules]
+        for module in modules:
+            del module.ntk_captured
+    return out
 
 
 def compress_context(model: nn.Module, tokenizer, context: str, feature_map: FeatureMap) -> Memory:
@@ -212,8 +259,8 @@ def attending(model: nn.Module, memory: Memory) -> Iterator[nn.Module]:
     with _implementation(model, _Attend) as modules, shift:
         if len(modules) != len(memory.layers):
             raise ValueError(f"the memory has {len(memory.layers)} layers, the model {len(modules)}")
-        for module, layer in zip(modules, memory.layers):
-            module.ntk_memory = (layer, memory.kind, memory.feature_map)
+        for index, (module, layer) in enumerate(zip(modules, memory.layers)):
+            module.ntk_memory = (layer, memory.kind, memory.map_at(index))
         try:
             yield model
         finally:

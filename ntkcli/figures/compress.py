@@ -1,5 +1,7 @@
-"""`ntk compress` as a figure: the compressed context's error against m per feature map, through the layers, its
-embedding's cosine to exact and retrieval, with none (no context) as the reference."""
+"""`ntk compress` as figures: the compressed context's error against m per feature map, through the layers, its
+embedding's cosine to exact and retrieval, with none (no context) as the reference (compress.png); and quality
+against state bytes at the largest m for every method, compressed states and exact caches of their bytes, one
+column per depth of the question's passage (frontier.png)."""
 
 from __future__ import annotations
 
@@ -38,5 +40,42 @@ def figure(summary: pd.DataFrame):
     for ax in axes:
         ax.grid(True, alpha=0.25)
     legend(axes[0], fontsize=7)
+    fig.tight_layout()
+    return fig
+
+
+def frontier(summary: pd.DataFrame):
+    """Cosine to exact (top) and retrieval hit@1 (bottom) against the state's bytes at the largest m: a marker per
+    compressed method, a line per cache kind over the budgets, none and exact as references; a column per depth."""
+    plt = pyplot()
+    top = summary[summary.m == summary.m.max()]
+    depths = list(dict.fromkeys(top.depth))
+    fig, axes = plt.subplots(2, len(depths), figsize=(5.2 * len(depths), 7.5), squeeze=False, sharey="row")
+    kinds = [k for k in dict.fromkeys(top.cache) if k]
+    for col, depth in enumerate(depths):
+        rows = top[top.depth == depth]
+        for r, name in enumerate(("cosine", "hit")):
+            ax = axes[r, col]
+            for i, kind in enumerate(kinds):
+                line = rows[rows.cache == kind].sort_values("state_bytes")
+                ax.errorbar(line.state_bytes, line[f"{name}_mean"], yerr=[line[f"{name}_mean"] - line[f"{name}_low"],
+                            line[f"{name}_high"] - line[f"{name}_mean"]], marker="s", ms=3, lw=1, capsize=2,
+                            color=f"C{i}", label=f"exact cache: {kind}")
+            own = rows[(rows.cache == "") & (rows.method != "none")]
+            for j, (_, row) in enumerate(own.iterrows()):
+                ax.errorbar([row.state_bytes], [row[f"{name}_mean"]], yerr=[[row[f"{name}_mean"] - row[f"{name}_low"]],
+                            [row[f"{name}_high"] - row[f"{name}_mean"]]], marker="*ovD^<>P"[j % 8],
+                            ms=9, ls="none", color="k" if row.method.startswith("learned") else f"C{len(kinds) + j}",
+                            label=f"Eq. (4): {row.method}")
+            none = rows[rows.method == "none"]
+            if len(none):
+                ax.axhline(none[f"{name}_mean"].iloc[0], color="grey", ls="--", lw=1, label="none")
+            ax.axhline(1.0, color="k", lw=0.8, label="exact")
+            ax.axvline(rows.exact_bytes.iloc[0], color="k", lw=0.5, ls=":")
+            ax.set(xscale="log", xlabel="state bytes (dotted: the exact context's)",
+                   ylabel="cosine to exact" if name == "cosine" else "retrieval hit@1",
+                   title=f"m = {top.m.iloc[0]:.0f}, passage at depth {depth:g}" if r == 0 else None)
+            ax.grid(True, alpha=0.25)
+    legend(axes[0, 0], fontsize=7)
     fig.tight_layout()
     return fig
