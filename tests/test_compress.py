@@ -118,23 +118,114 @@ def test_the_state_has_dphi_times_d_plus_one_numbers_per_head_and_layer(tiny):
     assert state.nbytes() == 2 * 2 * (64 * 8 + 64 + 1) * 8  # layers × heads × (Z, k, log_scale) in float64
 
 
+def _memory(m: int = 50, layers: int = 2, heads: int = 2, d: int = 8, seed: int = 0) -> Memory:
+    g = torch.Generator().manual_seed(seed)
+    return Memory("exact", [tuple(torch.randn(heads, m, d, generator=g) for _ in range(2)) for _ in range(layers)])
+
+
+def test_each_cache_holds_exactly_the_tokens_its_bytes_buy_and_the_right_ones():
+    """A budget of B bytes buys K = ⌊B·m / exact bytes⌋ tokens: the cache's bytes are at most B and one token more
+    would pass it; each kind keeps the tokens it names (pooled: segment means, checked by a plain loop)."""
+    from ntkcli.adapters.context import CACHES, cache
+
+    memory = _memory()
+    m, exact = memory.tokens, memory.nbytes()
+    per_token = exact // m
+    for budget in (per_token * 7 + 5, per_token * 13, exact // 3):
+        K = budget * m // exact
+        for kind in CACHES:
+            held = cache(memory, kind, K, sink=4)
+            assert held.tokens == K and held.nbytes() <= budget < held.nbytes() + per_token, (kind, budget)
+    keys = memory.layers[1][0]
+    picked = {kind: cache(memory, kind, 10, sink=4).layers[1][0] for kind in CACHES}
+    assert torch.equal(picked["first"], keys[:, :10]) and torch.equal(picked["last"], keys[:, -10:])
+    assert torch.equal(picked["sink"], torch.cat([keys[:, :4], keys[:, -6:]], 1))
+    stride = torch.linspace(0, m - 1, 10).round().long()
+    assert torch.equal(picked["strided"], keys[:, stride]) and stride[0] == 0 and stride[-1] == m - 1
+    segments = [list(range(m))[i * m // 10:(i + 1) * m // 10] for i in range(10)]  # 5 tokens each
+    assert torch.allclose(picked["pooled"], torch.stack([keys[:, s].mean(1) for s in segments], 1))
+    assert all(cache(memory, kind, m + 7).tokens == m for kind in CACHES)  # a budget past the context: all of it
+
+
+def test_the_passage_sits_at_its_depth_and_nothing_is_lost():
+    from ntkcli.experiments.compress import placed
+
+    own, others = [[1, 2, 3]], [[10, 11, 12, 13], [20, 21]]
+    assert placed(own, others, 0.0) == [[1, 2, 3], [10, 11, 12, 13], [20, 21]]
+    assert placed(own, others, 1.0) == [[10, 11, 12, 13], [20, 21], [1, 2, 3]]
+    assert placed(own, others, 0.5) == [[10, 11, 12], [1, 2, 3], [13], [20, 21]]  # 3 of the 6 other tokens before
+    assert placed(own, [], 0.5) == own
+
+
+def test_a_learned_map_untrained_is_its_start_trained_fits_better_and_reloads(tmp_path):
+    from ntkcli.attention.learned import Hedgehog, distillation_loss, fit_hedgehog
+
+    g = torch.Generator().manual_seed(0)
+    q, k = (torch.randn(4, 2, 16, 8, generator=g) for _ in range(2))
+    real = torch.ones(4, 16, dtype=torch.bool)
+    real[1, 12:] = False
+    start, losses = fit_hedgehog(q, k, real, scale=8 ** -0.5, features=6, steps=0, lr=0.01)
+    assert torch.equal(start.weight, Hedgehog.initial(2, 8, 6).weight) and len(losses) == 1
+    fitted, losses = fit_hedgehog(q, k, real, scale=8 ** -0.5, features=6, steps=30, lr=0.05)
+    assert losses[-1] < 0.9 * losses[0]
+    torch.save(fitted.weight, tmp_path / "w.pt")
+    again = Hedgehog(torch.load(tmp_path / "w.pt"))
+    assert all(torch.equal(a, b) for a, b in zip(fitted(q, 0.5), again(q, 0.5)))
+    assert float(distillation_loss(again, q, k, real, 8 ** -0.5)) == pytest.approx(losses[-1], rel=1e-6)
+
+
+def test_the_map_against_cache_rule_on_planted_differences():
+    """The paired rule (95% bootstrap interval of map − cache over 64 contexts excludes 0) on planted per-context
+    cosine differences: it says reproduced for a real gain, refuted for a real loss, and rarely either for none."""
+    import numpy as np
+
+    from ntkcli.claims import REFUTED, REPRODUCED
+    from ntkcli.experiments.compress import _paired, _verdict
+    from ntkcli.experiments.superglue.stats import Difference
+
+    rng = np.random.default_rng(0)
+
+    def rate(mean: float, verdict: str, draws: int = 200) -> float:
+        said = [_verdict(Difference(*_paired(rng.normal(mean, 0.03, 64), np.zeros(64), 300, rng))) for _ in range(draws)]
+        return said.count(verdict) / draws
+
+    assert rate(0.02, REPRODUCED) >= 0.8 and rate(-0.02, REFUTED) >= 0.8
+    assert rate(0.0, REPRODUCED) <= 0.05 and rate(0.0, REFUTED) <= 0.05
+    assert rate(-0.01, REPRODUCED) <= 0.05
+
+
+COMPRESS_ARGS = ["--set", "contexts=6", "--set", "lengths=[8, 24]", "--set", "maps=[{name: elu}, {name: favor, "
+                 "num_features: 32}]", "--set", "candidates=3", "--set", "bootstrap=100", "--set",
+                 "baselines=[first, pooled]", "--set", "learned={num_features: 4, steps: 2, passages: 3, tokens: 16}"]
+
+
 def test_compress_runs_on_minilm_resumes_and_reports(tmp_path):
     data = write_superglue(tmp_path / "sg", n=24)
-    args = ["compress", "--set", f"data.path={data}", "--set", "contexts=6", "--set", "lengths=[8, 24]",
-            "--set", "maps=[{name: elu}, {name: favor, num_features: 32}]", "--set", "candidates=3",
-            "--set", "bootstrap=100", "--out", tmp_path]
+    args = ["compress", "--set", f"data.path={data}", *COMPRESS_ARGS, "--out", tmp_path]
     r = invoke(*args)
     assert r.exit_code == 0, r.output
     folder = tmp_path / "compress" / "default"
     results = pd.read_csv(folder / "results.csv")
-    assert set(results.method) == {"none", "elu", "favor-32"} and len(results) == 2 * 3 * 6
+    methods = {"none", "elu", "favor-32", "learned-8", *(f"{c}@{s}" for c in ("first", "pooled")
+                                                          for s in ("elu", "favor-32", "learned-8"))}
+    assert set(results.method) == methods and len(results) == 2 * len(methods) * 6
     assert results.cosine.between(-1, 1 + 1e-6).all() and (results[results.method == "none"].state_bytes == 0).all()
+    caches = results[results.method.str.contains("@")]
+    budget = results.set_index(["m", "method", "context"]).state_bytes
+    assert all(row.state_bytes <= budget[(row.m, row.method.split("@")[1], row.context)] or row.cache_tokens == row.m
+               for row in caches.itertuples())
     summary = pd.read_csv(folder / "summary.csv")
-    assert {"error_mean", "gain_low", "hit_high"} <= set(summary.columns)
-    again = invoke(*args)
-    assert again.exit_code == 0 and pd.read_csv(folder / "results.csv").equals(results)
-    assert json.loads((folder / "run.json").read_text())["skipped_points"] == 6
-    assert (folder / "compress.png").stat().st_size > 10_000
+    assert {"error_mean", "gain_low", "hit_high", "vs_cache", "vs_cache_cosine_low"} <= set(summary.columns)
+    learned = torch.load(folder / "learned_map.pt")
+    assert len(learned["weights"]) == 6 and json.loads((folder / "run.json").read_text())["learned_parameters"] == 6 * 12 * 32 * 4
+    again = invoke(*args[:-2], "--set", "depths=[0.0, 1.0]", "--out", tmp_path)  # a depth more: resumes
+    assert again.exit_code == 0, again.output
+    grown = pd.read_csv(folder / "results.csv")
+    assert grown[grown.depth == 0].reset_index(drop=True).equals(results)  # nothing remeasured
+    assert len(grown[grown.depth == 1]) == len(results)
+    assert json.loads((folder / "run.json").read_text())["skipped_points"] == 2 * len(methods)
+    assert torch.equal(torch.load(folder / "learned_map.pt")["weights"][0], learned["weights"][0])  # reused
+    assert (folder / "compress.png").stat().st_size > 10_000 and (folder / "frontier.png").stat().st_size > 10_000
 
 
 @pytest.mark.parametrize("sets, words", [
@@ -143,6 +234,10 @@ def test_compress_runs_on_minilm_resumes_and_reports(tmp_path):
     (["contexts=500"], ["passages", "contexts"]),
     (["model=/no/such/model"], ["/no/such/model", "cannot be loaded"]),
     (["maps=[{name: cosine}]"], ["maps.0.name"]),
+    (["budgets=[8]"], ["budgets", "8 tokens", "m = 8"]),
+    (["baselines=[middle]"], ["baselines.0"]),
+    (["depths=[1.5]"], ["depths.0"]),
+    (["learned={tasks: [boolq]}"], ["learned map has no training passages of boolq"]),
 ])
 def test_bad_compress_input_is_one_line(tmp_path, sets, words):
     data = write_superglue(tmp_path / "sg", n=24)

@@ -311,10 +311,13 @@ def test_trl_sft_trainer_takes_an_ntk_attention_config(tmp_path):
     assert before and all(not torch.equal(t, after[n]) for n, t in before.items())
 
 
-def test_inject_takes_an_options_object_and_a_config():
+def test_inject_takes_an_options_object_and_a_config_and_refuses_other_objects():
     by_name = logits(inject(base(), "ntk", init="paper", seed=3).model)
     assert torch.equal(logits(inject(base(), ntk.NTKOptions(init="paper", seed=3)).model), by_name)
     assert torch.equal(logits(inject(base(), NTKAttentionConfig(init="paper", seed=3)).model), by_name)
+    for other in (LoraConfig(r=2), {"init": "paper"}):  # before: TypeError: unhashable type
+        with pytest.raises(ValueError, match="unknown method .* get_peft_model"):
+            inject(base(), other)
 
 
 def test_the_cli_and_peft_inject_the_same_layers():

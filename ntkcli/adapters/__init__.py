@@ -47,8 +47,10 @@ def inject(model: nn.Module, method, calibration: dict | None = None, **options)
         method, options = name, {**method.model_dump(), **options}
     elif isinstance(method, ntk.NTKAttentionConfig):
         method, options = ntk.NAME, {**method.options().model_dump(), **options}
-    if method not in OPTIONS:
-        raise ValueError(f"unknown method {method!r}; choose one of {', '.join(METHODS)}")
+    if not isinstance(method, str) or method not in OPTIONS:
+        raise ValueError(f"unknown method {method!r}; choose one of {', '.join(METHODS)} (by name, an options "
+                         "object or an NTKAttentionConfig; a peft config of another method goes to peft's "
+                         "get_peft_model)")
     opts = OPTIONS[method](**options)
     if method == "fft":
         model.requires_grad_(True)
