@@ -166,27 +166,37 @@ def test_the_mean_interval_is_students_t():
 
 # --- ntk compress (Eq. (4) on a real model) ---------------------------------------------------------------------
 
-def compress_summary(gain: tuple[float, float, float], growth: float):
-    """A planted summary.csv of ntk compress: one map beside none at m = 16 … 4096, its error ∝ m^growth."""
+def compress_summary(gain: tuple[float, float, float], growth: float, vs_cache: tuple[float, float, float]):
+    """A planted summary.csv of ntk compress: one map beside none and an exact cache of its bytes at m = 16 … 4096,
+    its error ∝ m^growth, its paired cosine difference against that cache `vs_cache`."""
     import pandas as pd
 
     from ntkcli.experiments import compress
 
     ms = [16, 256, 4096]
-    rows = [{"m": m, "method": "favor-64", "error_mean": 0.1 * (m / 16) ** growth, "gain_mean": gain[0],
-             "gain_low": gain[1], "gain_high": gain[2], "hit_mean": 0.5} for m in ms]
-    rows += [{"m": m, "method": compress.NONE, "error_mean": 1.0, "gain_mean": 0.0, "gain_low": 0.0, "gain_high": 0.0,
-              "hit_mean": 0.1} for m in ms]
+    common = {"depth": 0.0, "budget_of": "", "cache_tokens": 0}
+    rows = [{"m": m, "method": "favor-64", "cache": "", "error_mean": 0.1 * (m / 16) ** growth, "gain_mean": gain[0],
+             "gain_low": gain[1], "gain_high": gain[2], "hit_mean": 0.5, "cosine_mean": 0.8, "vs_cache":
+             "strided@favor-64", "vs_cache_cosine_mean": vs_cache[0], "vs_cache_cosine_low": vs_cache[1],
+             "vs_cache_cosine_high": vs_cache[2], "vs_cache_hit_mean": 0.0, "vs_cache_hit_low": -0.1,
+             "vs_cache_hit_high": 0.1, **common} for m in ms]
+    rows += [{"m": m, "method": "strided@favor-64", "cache": "strided", "error_mean": 0.5, "gain_mean": 0.1,
+              "gain_low": 0.0, "gain_high": 0.2, "hit_mean": 0.4, "cosine_mean": 0.7, **common,
+              "budget_of": "favor-64", "cache_tokens": 33} for m in ms]
+    rows += [{"m": m, "method": compress.NONE, "cache": "", "error_mean": 1.0, "gain_mean": 0.0, "gain_low": 0.0,
+              "gain_high": 0.0, "hit_mean": 0.1, "cosine_mean": 0.5, **common} for m in ms]
     return pd.DataFrame(rows)
 
 
-@pytest.mark.parametrize("gain, growth, expected", [
-    ((0.3, 0.2, 0.4), 0.1, (REPRODUCED, REPRODUCED)),
-    ((-0.3, -0.4, -0.2), 0.1, ("refuted at this scale", REPRODUCED)),  # worse than no context at all
-    ((0.01, -0.1, 0.1), 0.1, (INCONCLUSIVE, REPRODUCED)),
-    ((0.3, 0.2, 0.4), 1.0, (REPRODUCED, "refuted at this scale"))])  # the error grows like m itself
-def test_the_compress_claims_pass_and_fail_on_planted_summaries(gain, growth, expected):
+@pytest.mark.parametrize("gain, growth, vs_cache, expected", [
+    ((0.3, 0.2, 0.4), 0.1, (0.05, 0.02, 0.08), (REPRODUCED, REPRODUCED, REPRODUCED)),
+    ((-0.3, -0.4, -0.2), 0.1, (-0.03, -0.05, -0.01), ("refuted at this scale", REPRODUCED, "refuted at this scale")),
+    ((0.01, -0.1, 0.1), 0.1, (0.0, -0.02, 0.02), (INCONCLUSIVE, REPRODUCED, INCONCLUSIVE)),
+    ((0.3, 0.2, 0.4), 1.0, (0.05, 0.02, 0.08), (REPRODUCED, "refuted at this scale", REPRODUCED))])
+def test_the_compress_claims_pass_and_fail_on_planted_summaries(gain, growth, vs_cache, expected):
+    """Worse than no context at all, an error that grows like m itself, a map that loses to an exact cache of its
+    bytes: each fails its claim; the cache claim is judged on the paired interval alone."""
     from ntkcli.experiments import compress
 
-    got = tuple(c.verdict for c in compress.claims(compress_summary(gain, growth), "planted"))
+    got = tuple(c.verdict for c in compress.claims(compress_summary(gain, growth, vs_cache), "planted"))
     assert got == expected

@@ -50,7 +50,7 @@ KEYS = ["m", "depth", "method"]
 RESUMABLE = ("lengths", "maps", "depths", "baselines")
 FILES = ("results.csv", "summary.csv", "compress.png", "frontier.png", "claims.csv")
 LEARNED_FILE = "learned_map.pt"
-SCALE = ("contexts", "lengths")
+SCALE = ("contexts", "lengths", "depths")
 NONE = "none"
 # Figure 1's trend, read as a power law: the error grows ~100× while m grows 2^1 → 2^18, a log-log slope of 0.39
 PAPER_SLOPE = math.log(100) / math.log(2 ** 17)
