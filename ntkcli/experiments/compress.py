@@ -48,8 +48,8 @@ HELP = ("Eq. (4) on a real model: SuperGLUE passages compressed into per-layer (
 NEEDS_RECIPE, FLAGS, DEVICES = False, {}, ("cpu", "cuda")
 KEYS = ["m", "depth", "method"]
 RESUMABLE = ("lengths", "maps", "depths", "baselines")
-FILES = ("results.csv", "summary.csv", "compress.png", "frontier.png", "claims.csv")
 LEARNED_FILE = "learned_map.pt"
+FILES = ("results.csv", "summary.csv", "compress.png", "frontier.png", "claims.csv", LEARNED_FILE)
 SCALE = ("contexts", "lengths", "depths")
 NONE = "none"
 # Figure 1's trend, read as a power law: the error grows ~100× while m grows 2^1 → 2^18, a log-log slope of 0.39
@@ -355,15 +355,15 @@ def learned_maps(cfg: CompressRecipe, prepared, folder: Run) -> tuple[list[Hedge
     if cfg.learned is None:
         return None, {}
     path = folder.path(LEARNED_FILE)
+    model, tokenizer, _, texts = prepared
+    device = next(model.parameters()).device
     if path.exists():
         saved = torch.load(path)
-        return [Hedgehog(w) for w in saved["weights"]], saved["info"]
-    model, tokenizer, _, texts = prepared
+        return [Hedgehog(w.to(device)) for w in saved["weights"]], saved["info"]
     start = time.perf_counter()
     fitted = [fit_hedgehog(q.cpu(), k.cpu(), real.cpu(), scale=q.shape[-1] ** -0.5, features=cfg.learned.num_features,
                            steps=cfg.learned.steps, lr=cfg.learned.lr)
               for q, k, real in attention_inputs(model, tokenizer, texts, cfg.learned.tokens)]
-    device = next(model.parameters()).device
     maps = [Hedgehog(fmap.weight.to(device)) for fmap, _ in fitted]
     info = {"learned_seconds": round(time.perf_counter() - start, 2),
             "learned_parameters": sum(fmap.weight.numel() for fmap in maps), "learned_passages": len(texts),
