@@ -320,6 +320,14 @@ def test_inject_takes_an_options_object_and_a_config_and_refuses_other_objects()
             inject(base(), other)
 
 
+def test_the_adapter_s_tensors_live_where_the_attention_module_does():
+    """Before: the first adapter's tensors were made on the CPU whatever the model's device (a layer without
+    parameters has no device of its own). Checked on the meta device, which every machine has."""
+    model = get_peft_model(base("llama").to("meta"), config("llama", init="zeros"))
+    placed = [p.device.type for n, p in model.named_parameters() if ".ntk_attention." in n]
+    assert placed and set(placed) == {"meta"}
+
+
 def test_the_cli_and_peft_inject_the_same_layers():
     """`ntk finetune` (adapters.inject) and get_peft_model give the same tensors, seeded alike, and the same logits."""
     cli = inject(base(), "ntk", init="paper", seed=4).model

@@ -43,8 +43,9 @@ class NTKAttentionLayer(nn.Module, BaseTunerLayer):
     adapter_layer_names = STATE
     other_param_names = ("ntk_options", "ntk_feature_map")
 
-    def __init__(self):
+    def __init__(self, device: torch.device):
         super().__init__()
+        self.home = device  # where the first adapter's tensors go: the attention module's device
         self.ntk_Z, self.ntk_k, self.ntk_log_scale = nn.ParameterDict(), nn.ParameterDict(), nn.ParameterDict()
         self.ntk_options: dict[str, NTKOptions] = {}
         self.ntk_feature_map: dict = {}
@@ -71,7 +72,7 @@ class NTKAttentionLayer(nn.Module, BaseTunerLayer):
 
     def set(self, name: str, Z: Tensor, k: Tensor, g: Tensor) -> None:
         """Store an adapter's (Z, k, g): the trained tensors are Z and κ with k(κ) = k; g trains only with gate."""
-        opts, device = self.ntk_options[name], module_device(self)
+        opts, device = self.ntk_options[name], next((p.device for p in self.parameters()), self.home)
         self.ntk_Z[name] = nn.Parameter(Z.float().to(device))
         self.ntk_k[name] = nn.Parameter(_kappa(opts.k_map, k.float()).to(device))
         self.ntk_log_scale[name] = nn.Parameter(g.float().to(device), requires_grad=opts.gate)
@@ -134,7 +135,7 @@ def add_parameters(module: nn.Module, shape: HeadShape, opts: NTKOptions, gen: t
     """Give one attention module the adapter `adapter_name`: its layer (made on first use) gets Z, κ, g and the
     options."""
     if not isinstance(getattr(module, "ntk_attention", None), NTKAttentionLayer):
-        module.ntk_attention = NTKAttentionLayer().to(module_device(module))
+        module.ntk_attention = NTKAttentionLayer(module_device(module))
     layer = module.ntk_attention
     if adapter_name in layer.ntk_options:
         raise ValueError(f"{type(module).__name__} has an NTK-Attention adapter named {adapter_name!r} already")
