@@ -6,6 +6,7 @@ names; the attention runs through the interface under the name "ntk". The same i
 
 from __future__ import annotations
 
+import functools
 import inspect
 
 import torch
@@ -23,14 +24,17 @@ NOT_MERGEABLE = ("NTK-Attention cannot be merged into the model's weights: its (
                  "computes. Keep the adapter (save_pretrained), or take the base model back with unload().")
 
 
-def positions_from_mask(forward, args: tuple, kwargs: dict) -> dict:
+@functools.cache
+def _takes_positions(cls: type) -> bool:
+    return "position_ids" in inspect.signature(cls.forward).parameters
+
+
+def positions_from_mask(model: nn.Module, args: tuple, kwargs: dict) -> dict:
     """Without position_ids, the positions a padded row has alone (as generate() derives them), where the model
     takes them: φ(Q) of NTK-Attention reads each query's absolute (RoPE-rotated) value, which softmax attention
     does not, so a left-padded row must not see shifted positions."""
     mask = kwargs.get("attention_mask")
-    if mask is None or kwargs.get("position_ids") is not None:
-        return kwargs
-    if "position_ids" not in inspect.signature(forward).parameters:
+    if mask is None or kwargs.get("position_ids") is not None or not _takes_positions(type(model)):
         return kwargs
     ids = kwargs.get("input_ids", args[0] if args else None)
     length = (ids if ids is not None else kwargs["inputs_embeds"]).shape[1]
@@ -68,7 +72,8 @@ class NTKAttentionModel(BaseTuner):
         if not hasattr(self, "original_attention"):
             self.original_attention = model.config._attn_implementation
         modules = inject_attention(model, ntk_layer, config.options(), adapter_name)
-        self.targeted_module_names += [name for name, m in model.named_modules() if any(m is t for t in modules)]
+        adapted = {id(m) for m in modules}
+        self.targeted_module_names += [name for name, m in model.named_modules() if id(m) in adapted]
         self.set_adapter(self.active_adapters, inference_mode=config.inference_mode)
         self._mark_only_adapters_as_trainable(model)
         set_additional_trainable_modules(model=model, peft_config=config, model_config=self.get_model_config(model),
@@ -78,7 +83,7 @@ class NTKAttentionModel(BaseTuner):
             parameter.requires_grad = requires_grad
 
     def forward(self, *args, **kwargs):
-        return self.model(*args, **positions_from_mask(self.model.forward, args, kwargs))
+        return self.model(*args, **positions_from_mask(self.model, args, kwargs))
 
     def _create_and_replace(self, *args, **kwargs):  # BaseTuner's abstract hook; inject_adapter does not use it
         raise NotImplementedError("NTK-Attention adds layers beside the attention modules; nothing is replaced")
