@@ -47,7 +47,7 @@ compress: install
 	$(NTK) report outputs
 
 # Paper 2's laws in the theorems' couplings beyond the CPU recipe (N to 32, ε = ξ/N, M ≥ N³), Eq. (3)'s
-# breakpoint where it is reachable (ξ = 1), and the uncoupled grid for contrast (measured: about 30 minutes on
+# breakpoint where it is reachable (ξ = 1), and the uncoupled grid for contrast (measured: 937 + 456 + 240 s on
 # 2 cores for the three; resumable), then the report. docs/runs/scaling-law holds its run folders.
 scaling-law-full: install
 	$(NTK) scaling-law recipes/scaling_law_full.yaml

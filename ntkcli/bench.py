@@ -459,7 +459,7 @@ def scaling_law_points(sizes: tuple[int, ...] = (18, 48)) -> pd.DataFrame:
     for size in sizes:
         cfg = sl.RECIPE(seeds=-(-size // 6))
         teacher = sl.Teacher(cfg, torch.float32)
-        pools, test = sl.data_pools(cfg, teacher, list(range(cfg.seeds)), torch.float32)
+        pools, test = sl.data_pools(cfg, list(range(cfg.seeds)), torch.float32)
         group = [(n, sl.epsilon_for(cfg, n), s) for s in range(cfg.seeds) for n in cfg.n_values][:size]
         together, apart = [group], [[student] for student in group]
         vec1, loop1, loop2, vec2 = (group_seconds(cfg, g, teacher, pools, test) for g in (together, apart, apart, together))

@@ -96,21 +96,37 @@ def _log_power(theta: np.ndarray, logx: np.ndarray, offset: bool) -> tuple[np.nd
     return power, np.column_stack([np.zeros_like(logx), d_power])
 
 
+def huber_lines(u: np.ndarray, v: np.ndarray, iters: int = 200) -> tuple[np.ndarray, np.ndarray]:
+    """Per row, (a, s) minimising Σ Huber_δ(v − a − s·u) over u, v [B, n], by iteratively reweighted least squares
+    (weights min(1, δ/|r|), a majorise–minimise step, so the objective never rises): the offset-free power law's
+    fit in log space, for every bootstrap resample at once."""
+    w = np.ones_like(v)
+    for _ in range(iters):
+        sw, su, sv, suu, suv = (w.sum(1), (w * u).sum(1), (w * v).sum(1), (w * u * u).sum(1), (w * u * v).sum(1))
+        s = (sw * suv - su * sv) / (sw * suu - su * su)
+        a = (sv - s * su) / sw
+        w = DELTA / np.maximum(np.abs(v - a[:, None] - s[:, None] * u), DELTA)
+    return a, s
+
+
 def fit_power_law(x, y, *, offset: bool = True, start: Fit | None = None) -> Fit:
-    """y ≈ E + A·x^(−α); `offset=False` fits A·x^(−α). `start`: refit from an earlier fit only."""
+    """y ≈ E + A·x^(−α); `offset=False` fits A·x^(−α) (a Huber line in log space). `start`: refit from an
+    earlier fit only."""
     logx, logy = np.log(np.asarray(x, float)), np.log(np.asarray(y, float))
+    if not offset:
+        a, s = huber_lines(logx[None], logy[None])
+        if not (np.isfinite(a[0]) and np.isfinite(s[0])):
+            raise ValueError("no finite power law fits these points")
+        return Fit({"alpha": float(-s[0]), "A": float(np.exp(a[0]))}, float(huber(DELTA, logy - a[0] - s[0] * logx).sum()),
+                   law="power0")
     lo, hi = logy.min(), logy.max()
     if start is not None:
         p = start.params
-        starts = [(np.log(p["E"]) if offset else 0.0, np.log(p["A"]), p["alpha"])]
+        starts = [(np.log(p["E"]), np.log(p["A"]), p["alpha"])]
     else:
-        starts = itertools.product(np.linspace(lo - 2, lo, 3) if offset else [0.0],
-                                   np.linspace(lo, hi + 4, 4), [0.0, 0.25, 0.5, 1.0, 2.0])
-    x_best, f = _best(_objective(lambda t: _log_power(t, logx, offset), logy), starts)
-    params = {"alpha": x_best[2], "A": np.exp(x_best[1])}
-    if offset:
-        params["E"] = np.exp(x_best[0])
-    return Fit(params, f, law="power" if offset else "power0")
+        starts = itertools.product(np.linspace(lo - 2, lo, 3), np.linspace(lo, hi + 4, 4), [0.0, 0.25, 0.5, 1.0, 2.0])
+    x_best, f = _best(_objective(lambda t: _log_power(t, logx, True), logy), starts)
+    return Fit({"alpha": x_best[2], "A": np.exp(x_best[1]), "E": np.exp(x_best[0])}, f, law="power")
 
 
 def _two_stage(theta: np.ndarray, u: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -157,20 +173,23 @@ def fit_two_stage(x, y, *, grid: int = 24, start: Fit | None = None) -> Fit:
 
 
 def bootstrap(fit: Callable[..., Fit], x, y, *, n: int = 200, seed: int = 0, level: float = 0.95, **kw) -> Fit:
-    """`fit(x, y)` with percentile intervals from `n` resamples of the points."""
+    """`fit(x, y)` with percentile intervals from `n` resamples of the points (a resample with fewer than 3
+    distinct x is skipped). The offset-free power law fits every resample at once."""
     x, y = np.asarray(x, float), np.asarray(y, float)
     point = fit(x, y, **kw)
     rng = np.random.default_rng(seed)
-    kw = {**kw, "start": point}
-    draws = []
-    for _ in range(n):
-        idx = rng.integers(0, len(x), len(x))
-        if len(np.unique(x[idx])) < 3:
-            continue
-        try:
-            draws.append(fit(x[idx], y[idx], **kw).params)
-        except ValueError:
-            continue
+    samples = [idx for idx in (rng.integers(0, len(x), len(x)) for _ in range(n)) if len(np.unique(x[idx])) >= 3]
+    if point.law == "power0" and samples:
+        idx = np.array(samples)
+        a, s = huber_lines(np.log(x[idx]), np.log(y[idx]))
+        draws = [{"alpha": -si, "A": np.exp(ai)} for ai, si in zip(a, s) if np.isfinite(ai) and np.isfinite(si)]
+    else:
+        draws = []
+        for idx in samples:
+            try:
+                draws.append(fit(x[idx], y[idx], **kw, start=point).params)
+            except ValueError:
+                continue
     if not draws:
         raise ValueError("every bootstrap resample failed to fit")
     tail = 100 * (1 - level) / 2

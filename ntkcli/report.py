@@ -59,6 +59,23 @@ def findings(sections: list[Section]) -> str:
     return "\n".join([FINDINGS[0], _md_table(table[["command", "claim", "measured", "verdict", "run"]]), FINDINGS[1]])
 
 
+BATTERY = ("<!-- battery: made by scripts/findings.py from the run folders in docs/runs; tests/test_docs.py "
+           "checks it -->", "<!-- end of battery -->")
+
+
+def battery(sections: list[Section]) -> str:
+    """The paper-2 rules' planted batteries (acceptance rate per class, at each committed run's grid) as a Markdown
+    table between the BATTERY markers: what docs/theory-verdicts.md shows beside the rules."""
+    tables = [(caption, t) for s in sections for caption, t in s.tables if caption.startswith("each rule's acceptance")]
+    body = [f"{caption}:\n\n{_md_table(t)}" for caption, t in tables] or ["(no run folder holds a battery)"]
+    return "\n".join([BATTERY[0], *body, BATTERY[1]])
+
+
+def _counts(sections: list[Section]) -> str:
+    counts = claims_table(sections).verdict.str.split(" \\(").str[0].value_counts()
+    return "Verdicts: " + ", ".join(f"{counts.get(v, 0)} {v}" for v in VERDICTS) + "."
+
+
 def _md_table(df: pd.DataFrame) -> str:
     rows = [df.columns, *df.itertuples(index=False)]
     lines = ["| " + " | ".join(str(v).replace("|", "\\|") for v in row) + " |" for row in rows]
@@ -66,10 +83,7 @@ def _md_table(df: pd.DataFrame) -> str:
 
 
 def to_markdown(sections: list[Section], outputs: Path) -> str:
-    counts = claims_table(sections).verdict.str.split(" \\(").str[0].value_counts()
-    out = ["# Reproduction report", "",
-           "Each paper claim beside our measurement. Verdicts: " +
-           ", ".join(f"{counts.get(v, 0)} {v}" for v in VERDICTS) + ".", ""]
+    out = ["# Reproduction report", "", "Each paper claim beside our measurement. " + _counts(sections), ""]
     for s in sections:
         out += [f"## `ntk {s.command}`: {s.title}", "", _md_table(s.frame()), ""]
         for caption, table in s.tables:
@@ -103,9 +117,12 @@ def _inline(text: str) -> str:
 
 
 def to_html(sections: list[Section]) -> str:
-    body = ["<h1>Reproduction report</h1>"]
+    contents = "".join(f'<li><a href="#{html.escape(s.command)}"><code>ntk {html.escape(s.command)}</code>: '
+                       f"{html.escape(s.title)}</a></li>" for s in sections)
+    body = ["<h1>Reproduction report</h1>", f"<p>Each paper claim beside our measurement. {_counts(sections)}</p>",
+            f"<h2>Contents</h2><ul>{contents}</ul>"]
     for s in sections:
-        body += [f"<h2><code>ntk {html.escape(s.command)}</code>: {html.escape(s.title)}</h2>",
+        body += [f'<h2 id="{html.escape(s.command)}"><code>ntk {html.escape(s.command)}</code>: {html.escape(s.title)}</h2>',
                  _html_table(s.frame(), verdicts=True)]
         for caption, table in s.tables:
             body += [f"<p>{_inline(caption)}</p>", _html_table(table)]

@@ -12,9 +12,11 @@ import numpy as np
 
 from .claims import INCONCLUSIVE, NOT_REPRODUCED, NOT_RUN, OUTSIDE, REPRODUCED, verdict
 
-LEVELS = (0.3, 0.003)  # constant_rate: the decay is read from 30% down to 0.3% of the initial excess …
-RATE_DROP = 0.5  # … and its local rate may not fall below half between the two stretches
+LEVELS = (0.5, 0.01)  # decay_to_floor: the fall is read from 50% down to 1% of the drop to the floor …
+RATE_BAND = (0.6, 1.2)  # … its late local rate between 0.6 and 1.2× the early one: an exponential's ratio is 1, a
+# positive sum of exponentials' (the kernel regime's loss) at most 1; 1.2 leaves room for the seeds' noise
 FLAT = 0.05  # the tail (t ≥ T/2) may fall by at most 5% of the whole drop: the curve has flattened
+RISE = 0.02  # R(T) may sit above the curve's minimum by at most 2% of the drop (or two standard errors)
 LOSS_DROP = 1e-3  # kernel_convergence: L(T)/L(0) below this …
 RATE_WITHIN = 2.0  # … with the late rate within this factor of the kernel's prediction
 NULL_SHARE = 0.5  # beats_null: Eq. (4)'s relative error at most half the null's …
@@ -57,41 +59,60 @@ def covers(lower: float, upper: float, value: float) -> str:
     return REPRODUCED if lower <= value <= upper else NOT_REPRODUCED
 
 
-# --- decay at a local rate that does not slow (Thm 7.2 time law) -----------------------------------------------------
+# --- an exponential decay to a floor it does not leave (Thm 7.2 time law) ------------------------------------------
 
 @dataclass
-class RateTest:
-    """The local decay rate of R(t) − R∞ over two consecutive stretches of the decay, and their ratio."""
+class FloorTest:
+    """The seed-mean risk R(t) against its floor R_min (its own minimum, at t_min): how it falls to it, whether it
+    leaves it, and the local decay rate of R − R_min over two consecutive stretches of the fall."""
 
-    floor: float  # R∞: the mean risk over t ≥ T/2
-    tail_drop: float  # how much the curve still falls over t ≥ T/2, as a share of its whole drop
-    reached: float  # the smallest excess before T/2, as a share of the initial excess (< 0: below R∞)
-    rates: tuple[float, float]  # −d log(R − R∞)/dt over each stretch
-    ratio: float  # rates[1] / rates[0]: 1 for an exponential, ≪ 1 for a power law
+    floor: float  # R_min, the seed-mean curve's minimum …
+    floor_lower: float  # … with a 95% interval over resampled seeds
+    floor_upper: float
+    at: float  # t_min
+    tail_drop: float  # how much the curve still falls over t ≥ T/2, as a share of its whole drop R(0) − R_min
+    rise: float  # R(T) − R_min, as a share of the drop …
+    rise_se: float  # … and its standard error over the seeds (0 for one seed)
+    deep: float  # the first t at which R − R_min is LEVELS[1] of the drop (NaN: never)
+    rates: tuple[float, float]  # −d log(R − R_min)/dt over each stretch
+    ratio: float  # rates[1] / rates[0]: 1 for an exponential, ≪ 1 for a power law, > 1 for a speed-up
     lower: float  # 95% interval of the ratio over resampled seeds (the point estimate for one seed)
     upper: float
 
-    def conditions(self) -> list[Condition]:
+    def conditions(self, horizon: float) -> list[Condition]:
+        if not np.isfinite(self.tail_drop):
+            return [Condition("the risk falls from its start", False, "R(0) is the curve's minimum")]
         return [Condition("T long enough that R(T) has flattened", self.tail_drop <= FLAT,
                           f"still falling {self.tail_drop:.0%} of its drop over the last half of T"),
-                Condition(f"the excess decays to {LEVELS[1]:g} of its start before T/2", self.reached <= LEVELS[1],
-                          f"it reached {self.reached:.2g}")]
+                Condition(f"the excess decays to {LEVELS[1]:g} of its drop before T/2",
+                          bool(self.deep <= horizon / 2), "it does not" if not np.isfinite(self.deep) else
+                          f"only at t = {fmt_t(self.deep)} of T = {fmt_t(horizon)}")]
 
-    def verdict(self, conditions: list[Condition] = ()) -> str:
-        """The rule, after the sweep's `conditions` and the curve's own (flattened, decayed deep enough). A curve
-        that dips below its own R∞ by more than FLAT of its drop rises again after its minimum: no decay to a
-        floor, NOT_REPRODUCED. Else the rate may not slow down: the ratio's interval at or above RATE_DROP is
-        REPRODUCED, wholly below it (a power law's slowing decay) NOT_REPRODUCED. One-sided, because the theorem
-        is an upper bound exp(−cT) + floor: a decay that speeds up stays under it, one that slows down leaves it."""
+    def left_floor(self) -> bool:
+        """Does R(T) sit above the floor by more than RISE of the drop and more than two standard errors?"""
+        return self.rise > RISE and self.rise > 2 * self.rise_se
+
+    def verdict(self, horizon: float, conditions: list[Condition] = ()) -> str:
+        """The rule, after the sweep's `conditions` and the curve's own (flattened; decayed deep enough before
+        T/2). A curve that leaves its floor (rises after its minimum) is no decay to a floor: NOT_REPRODUCED.
+        Else the late rate must equal the early one: the ratio's interval wholly outside RATE_BAND is
+        NOT_REPRODUCED (below: a power law's slowing decay; above: a speed-up, which no
+        positive sum of exponentials, the kernel regime's loss, can show); else the ratio inside it is REPRODUCED,
+        outside it INCONCLUSIVE."""
         def rule():
-            if self.reached < -FLAT:
+            if self.left_floor():
                 return NOT_REPRODUCED
-            if not np.isfinite(self.lower):
+            if not np.isfinite(self.ratio):
                 return INCONCLUSIVE
-            if self.lower >= RATE_DROP:
-                return REPRODUCED
-            return NOT_REPRODUCED if self.upper < RATE_DROP else INCONCLUSIVE
-        return judge([*conditions, *self.conditions()], rule)
+            slow, fast = RATE_BAND
+            if self.upper < slow or self.lower > fast:
+                return NOT_REPRODUCED
+            return REPRODUCED if slow <= self.ratio <= fast else INCONCLUSIVE
+        return judge([*conditions, *self.conditions(horizon)], rule)
+
+
+def fmt_t(t: float) -> str:
+    return f"{t:,.0f}" if t >= 10 else f"{t:.3g}"
 
 
 def _crossing(t: np.ndarray, excess: np.ndarray, level: float) -> float:
@@ -107,41 +128,47 @@ def _crossing(t: np.ndarray, excess: np.ndarray, level: float) -> float:
     return float(t[j - 1] + w * (t[j] - t[j - 1]))
 
 
-def _rates(t: np.ndarray, mean: np.ndarray) -> tuple[float, float, float, tuple[float, float]]:
-    """(R∞, tail drop, smallest excess share before T/2, (rate over the first stretch, over the second))."""
-    tail = t >= t[-1] / 2
-    floor = float(mean[tail].mean())
+def _fall(t: np.ndarray, mean: np.ndarray) -> tuple[float, float, float, tuple[float, float]]:
+    """(R_min, tail drop, first t at LEVELS[1] of the drop, (rate over the first stretch, over the second)). The
+    rates are read against the tail's mean R∞ (t ≥ T/2), not against R_min, which the seeds' noise biases low:
+    a curve that leaves its floor has failed before its rates are read."""
+    floor, tail = float(mean.min()), t >= t[-1] / 2
     drop = mean[0] - floor
     if not drop > 0:
-        return floor, float("inf"), 1.0, (float("nan"), float("nan"))
+        return floor, float("inf"), float("nan"), (float("nan"), float("nan"))
+    share = (mean - mean[tail].mean()) / (mean[0] - mean[tail].mean())
     tail_drop = float((mean[tail][0] - mean[tail].min()) / drop)
-    share = (mean - floor) / drop
-    reached = float(np.min(share[~tail])) if (~tail).any() else 1.0
     top, bottom = LEVELS
-    middle = float(np.sqrt(top * bottom))
-    times = [_crossing(t, share, q) for q in (top, middle, bottom)]
-    rates = (np.log(top / middle) / (times[1] - times[0]) if times[1] > times[0] else float("nan"),
-             np.log(middle / bottom) / (times[2] - times[1]) if times[2] > times[1] else float("nan"))
-    return floor, max(tail_drop, 0.0), reached, rates
+    times = [_crossing(t, share, q) for q in (top, np.sqrt(top * bottom), bottom)]
+    half = np.log(top / bottom) / 2
+    rates = (half / (times[1] - times[0]) if times[1] > times[0] else float("nan"),
+             half / (times[2] - times[1]) if times[2] > times[1] else float("nan"))
+    return floor, tail_drop, times[2], rates
 
 
-def constant_rate(t, curves, *, n_boot: int = 200, seed: int = 0) -> RateTest:
-    """Does R(t) − R∞ decay at a local rate that does not slow down? `curves`: [seeds, len(t)] risks at the
-    times t (t[0] the start). R∞ is the mean over t ≥ T/2, checked by the tail's own drop; the rates come from the
-    times at which the seed-mean excess crosses 30%, 3% and 0.3% of its start. The ratio's interval resamples
-    seeds."""
+def decay_to_floor(t, curves, *, n_boot: int = 200, seed: int = 0) -> FloorTest:
+    """Does R(t) decay exponentially to a floor it does not leave? `curves`: [seeds, len(t)] risks at the times t
+    (t[0] the start). The floor is the seed-mean curve's minimum; the rates come from the times at which the
+    excess over the tail's mean (t ≥ T/2) crosses 50%, 7% and 1% of the drop; the intervals resample seeds."""
     t, curves = np.asarray(t, float), np.atleast_2d(np.asarray(curves, float))
-    floor, tail_drop, reached, rates = _rates(t, curves.mean(0))
+    mean = curves.mean(0)
+    floor, tail_drop, deep, rates = _fall(t, mean)
+    j, drop = int(np.argmin(mean)), mean[0] - floor
+    rises = (curves[:, -1] - curves[:, j]) / drop if drop > 0 else np.full(len(curves), np.inf)
+    rise_se = float(rises.std(ddof=1) / np.sqrt(len(rises))) if len(rises) > 1 else 0.0
     ratio = rates[1] / rates[0]
     lower = upper = ratio
+    floor_lower = floor_upper = floor
     if len(curves) > 1:
         rng = np.random.default_rng(seed)
-        draws = [_rates(t, curves[rng.integers(0, len(curves), len(curves))].mean(0))[3] for _ in range(n_boot)]
-        ratios = np.array([b / a for a, b in draws])
+        draws = [_fall(t, curves[rng.integers(0, len(curves), len(curves))].mean(0)) for _ in range(n_boot)]
+        ratios = np.array([d[3][1] / d[3][0] for d in draws])
         ratios = ratios[np.isfinite(ratios)]
         lower, upper = ((np.percentile(ratios, 2.5), np.percentile(ratios, 97.5)) if len(ratios) >= n_boot / 2
                         else (float("nan"), float("nan")))
-    return RateTest(floor, tail_drop, reached, rates, float(ratio), float(lower), float(upper))
+        floor_lower, floor_upper = np.percentile([d[0] for d in draws], [2.5, 97.5])
+    return FloorTest(floor, float(floor_lower), float(floor_upper), float(t[j]), max(tail_drop, 0.0),
+                     float(rises.mean()), rise_se, deep, rates, float(ratio), float(lower), float(upper))
 
 
 # --- convergence in the kernel regime (paper 2 Thm 5.5) ----------------------------------------------------------
@@ -204,19 +231,27 @@ def all_of(verdicts: list[str]) -> str:
     return REPRODUCED if all(v == REPRODUCED for v in judged) else INCONCLUSIVE
 
 
+RISE_SE = 1.5  # rises: a step up of more than 1.5 standard errors of a difference is a rise (batteries.py: a falling
+# M^(−ζ) at the committed grids never triggers it; a 30% rise at the largest M almost always does)
+
+
 # --- monotone risk (Thm 7.2 model law) --------------------------------------------------------------------------
 
 def rises(means, ses) -> bool:
-    """Does a curve of means (ordered by the swept variable) rise anywhere by more than two standard errors?"""
+    """Does a curve of positive means (ordered by the swept variable) rise anywhere by more than RISE_SE standard
+    errors of a step? Judged in log space with the relative standard error pooled over the points (root mean
+    square): a few seeds' per-point errors are too noisy to judge one step by."""
     means, ses = np.asarray(means, float), np.asarray(ses, float)
-    return bool(np.any(np.diff(means) > 2 * np.sqrt(ses[1:] ** 2 + ses[:-1] ** 2)))
+    relative = np.sqrt(np.mean((ses / means) ** 2))
+    return bool(np.any(np.diff(np.log(means)) > RISE_SE * np.sqrt(2) * relative))
 
 
-def model_law(lower: float, upper: float, means, ses) -> str:
-    """One depth's risk against M: REPRODUCED when it falls (α > 0 with its interval) and never rises with M."""
+def model_law(lower: float, upper: float, means, ses, zeta: float) -> str:
+    """One depth's risk against M, the bound ξ²·M^(−ζ): REPRODUCED when the fitted exponent's interval reaches ζ
+    and excludes 0 (`interval`) and the risk never rises with M; NOT_REPRODUCED otherwise."""
     if not (np.isfinite(lower) and np.isfinite(upper)):
         return INCONCLUSIVE
-    return verdict(lower > 0 and not rises(means, ses))
+    return verdict(interval(lower, upper, at_least=zeta) == REPRODUCED and not rises(means, ses))
 
 
 # --- Figure 1 (paper 1) -----------------------------------------------------------------------------------------

@@ -16,7 +16,7 @@ def main(steps: int) -> None:
     tune_malloc()  # as the ntk command does
     cfg = sl.RECIPE(steps=steps)
     teacher = sl.Teacher(cfg, torch.float32)
-    pools, test = sl.data_pools(cfg, teacher, list(range(cfg.seeds)), torch.float32)
+    pools, test = sl.data_pools(cfg, list(range(cfg.seeds)), torch.float32)
     group = [(n, sl.epsilon_for(cfg, n), s) for s in range(cfg.seeds) for n in cfg.n_values]
     few = cfg.model_copy(update={"checkpoints": 3})  # 4 evaluations instead of the recipe's
     group_seconds(few, [group], teacher, pools, test)  # warm-up

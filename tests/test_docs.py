@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from ntkcli.experiments import registry
-from ntkcli.report import build, findings
+from ntkcli.report import battery, build, findings
 
 ROOT = Path(__file__).resolve().parents[1]
 PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
@@ -39,6 +39,11 @@ def test_every_command_recipe_target_and_link_named_exists(page):
 def test_the_readme_findings_are_the_reports_of_the_committed_runs():
     readme = (ROOT / "README.md").read_text()
     assert findings(build(ROOT / "docs" / "runs")) in readme, "run scripts/findings.py --write"
+
+
+def test_the_rules_battery_table_is_the_committed_runs():
+    page = (ROOT / "docs" / "theory-verdicts.md").read_text()
+    assert battery(build(ROOT / "docs" / "runs")) in page, "run scripts/findings.py --write"
 
 
 def test_the_readme_fits_on_two_screens():

@@ -398,7 +398,8 @@ def test_memory_under_ulimit_v_is_one_line_from_the_estimate_or_the_allocator(tm
     switched off, the allocator's failure is one line naming the stage, the bytes and the limit. Groups measured
     before it stay in results.csv; a run that measured nothing leaves no folder."""
     sets = ["--set", f"widths={widths}", "--set", "n_values=[8,16,32]", "--set", "base_n=8", "--set",
-            f"base_width={widths[1:].split(',')[0]}", "--set", "steps=10", "--set", "seeds=1", "--out", tmp_path / "out"]
+            f"base_width={widths[1:].split(',')[0]}", "--set", "steps=10", "--set", "seeds=1", "--set", "battery=10",
+            "--out", tmp_path / "out"]
     estimate = _under_address_limit(tmp_path, "estimate", "scaling-law", *sets)
     assert estimate.returncode == 2, estimate.stderr
     lines = [ln for ln in estimate.stderr.splitlines() if ln.strip()]
@@ -420,7 +421,7 @@ KILLED = ["--set", "transformer={d: 4, seq_len: 3}", "--set", "noise=0.1", "--se
           "widths=[4,8,16]", "--set", "depths=[1]", "--set", "base_n=3", "--set", "base_width=16", "--set",
           "base_depth=1", "--set", "epsilon_rule=xi/N", "--set", "lr_rule=epsilon", "--set", "model_zeta=0.25",
           "--set", "steps=400", "--set", "checkpoints=10", "--set", "seeds=2", "--set", "teacher_width=16",
-          "--set", "n_test=32", "--set", "bootstrap=10", "--set", "dtype=float64"]
+          "--set", "n_test=32", "--set", "bootstrap=10", "--set", "dtype=float64", "--set", "battery=10"]
 
 
 @pytest.mark.parametrize("delay", [0.3])

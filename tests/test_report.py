@@ -68,6 +68,9 @@ def test_every_section_renders_with_its_figures(tmp_path):
     assert "](approx-error/approx_error/approx_error.png)" in md
     assert "finetune/digits_vit" in md and "46.00 ± 1.00" in md  # the CPU stand-in's table
     assert "reproduction report" in r.stdout
+    counts = md.splitlines()[2].split("Verdicts: ")[1]
+    assert counts in page and "<h2>Contents</h2>" in page  # the page opens with the counts and a contents list
+    assert all(f'href="#{c}"' in page and f'id="{c}"' in page for c in ("approx-error", "scaling-law"))
 
 
 def test_verdicts_follow_the_measurements(tmp_path):
@@ -95,7 +98,7 @@ def test_missing_experiments_are_marked_not_run(tmp_path):
     assert r.exit_code == 0, r.output
     sections = report.build(tmp_path / "outputs")
     assert {c.verdict for s in sections for c in s.claims} == {claims.NOT_RUN}
-    assert "29 not run at this scale" in (tmp_path / "outputs" / "report.md").read_text()
+    assert "28 not run at this scale" in (tmp_path / "outputs" / "report.md").read_text()
 
 
 def test_half_written_run_folders_do_not_crash_the_report(tmp_path):
@@ -114,3 +117,14 @@ def test_half_written_run_folders_do_not_crash_the_report(tmp_path):
 
 def test_a_missing_outputs_folder_is_one_line(tmp_path):
     assert_one_line_error(invoke("report", tmp_path / "nowhere"), "outputs folder not found")
+
+
+def test_two_runs_that_judge_a_law_equally_are_both_shown(tmp_path):
+    """A tie between judged verdicts is not broken by folder name: both rows stand, so neither hides the other."""
+    root = tmp_path / "outputs"
+    for name, verdict in (("a_full", "reproduced"), ("b_slice", "not reproduced")):
+        rows = pd.DataFrame([{"law": "model", "theorem": "Thm 7.2 model law", "theory": "α ≥ ζ",
+                              "measured": f"{name} α", "verdict": verdict}])
+        _run(root, "scaling-law", name, {"summary.csv": rows}, "scaling_law.png")
+    model = [c for s in report.build(root) for c in s.claims if c.claim == "Thm 7.2 model law"]
+    assert sorted(c.verdict for c in model) == ["not reproduced", "reproduced"]

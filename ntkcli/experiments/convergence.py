@@ -405,7 +405,10 @@ def _thm55(run: Run, res: pd.DataFrame) -> Claim | None:
     tr = res[res.part == "transformer"]
     if tr.empty or "rate_kernel" not in tr:
         return None
-    excluded = sorted({(int(r.depth), int(r.m)) for r in tr.itertuples() if bool(r.singular)})
+    config = run.config() or {}
+    outputs = config.get("t_n", 16) * config.get("transformer", {}).get("seq_len", 4) * config.get("transformer", {}).get("d", 8)
+    excluded = [(int(d), int(m), int(g.model_size.iloc[0]), (g.ntk_lambda_min / g.ntk_lambda_max).max())
+                for (d, m), g in tr[tr.singular.astype(bool)].groupby(["depth", "m"])]
     judged = tr[~tr.singular.astype(bool)].groupby(["depth", "m"]).mean(numeric_only=True).reset_index()
     verdicts = [rules.kernel_convergence(r.loss_final / r.loss_0, r.rate_late, r.rate_kernel, int(r.t_steps),
                                         r.kernel_drift)
@@ -416,8 +419,11 @@ def _thm55(run: Run, res: pd.DataFrame) -> Claim | None:
     ratios = judged.rate_late / judged.rate_kernel
     measured = (f"{len(judged)} points with K₀ non-singular: L(T)/L(0) {fmt(drops.min())}–{fmt(drops.max())}, late "
                 f"rate {fmt(ratios.min())}–{fmt(ratios.max())}× the kernel's; T too short for the kernel's rate at "
-                f"{', '.join(short) or 'none'}; kernel drift {fmt(judged.kernel_drift.min())}–{fmt(judged.kernel_drift.max())}; excluded (K₀ singular, M < nLd): "
-                f"{', '.join(f'(N={d}, m={m})' for d, m in excluded) or 'none'}")
+                f"{', '.join(short) or 'none'}; kernel drift {fmt(judged.kernel_drift.min())}–{fmt(judged.kernel_drift.max())}; "
+                f"excluded (K₀ singular): " + (", ".join(
+                    f"(N={d}, m={m}: " + (f"M = {size} < nLd = {outputs}" if size < outputs else
+                                          f"M = {size} ≥ nLd = {outputs}, λ_min/λ_max ≤ {fmt(ratio)}") + ")"
+                    for d, m, size, ratio in excluded) or "none"))
     return Claim(THM_55.claim, THM_55.paper, measured, run.source, rules.all_of(verdicts))
 
 
