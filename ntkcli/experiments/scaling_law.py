@@ -410,19 +410,19 @@ def train_with_fallbacks(cfg: ScalingLawRecipe, width: int, depth: int, students
     """train_group at lr, then the students that diverged again at each of lr_fallbacks in turn: each student's
     rows come from the first step at which it stayed finite (or the last tried), with every step tried in
     `lrs_tried`."""
-    done, tried = [], {s: [] for s in students}
-    for base in [cfg.lr, *cfg.lr_fallbacks]:
+    done, tried, steps = [], {s: [] for s in students}, [cfg.lr, *cfg.lr_fallbacks]
+    for base in steps:
         df = train_group(cfg, width, depth, students, *args, base=base)
         for s in students:
             tried[s].append(f"{base:g}")
-        lost = set(diverged(df)[["n", "epsilon", "seed"]].itertuples(index=False, name=None))
-        last = base == [cfg.lr, *cfg.lr_fallbacks][-1]
-        done.append(df[[last or key not in lost for key in df[["n", "epsilon", "seed"]].itertuples(index=False, name=None)]])
+        lost = {(n, eps, seed) for n, _, _, eps, seed in diverged(df)[KEYS].itertuples(index=False, name=None)}
+        done.append(rows_where(df, lambda n, w, d, eps, seed: base == steps[-1] or (n, eps, seed) not in lost))
         students = [s for s in students if s in lost]
         if not students:
             break
     out = pd.concat(done, ignore_index=True)
-    return out.assign(lrs_tried=[" ".join(tried[k]) for k in out[["n", "epsilon", "seed"]].itertuples(index=False, name=None)])
+    return out.assign(lrs_tried=[" ".join(tried[(n, eps, seed)])
+                                 for n, _, _, eps, seed in out[KEYS].itertuples(index=False, name=None)])
 
 
 def _gather_shards(run: Run, world: int) -> None:
