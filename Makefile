@@ -12,7 +12,7 @@ install: $(STAMP)
 $(STAMP): pyproject.toml constraints.txt
 	test -x $(PY) || python3 -m venv $(VENV)
 	$(PIP) "torch==2.13.0"
-	$(PIP) -e ".[dev]"
+	$(PIP) -e ".[dev,ray]"
 	touch $(STAMP)
 
 test: install

@@ -23,6 +23,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 
 from .errors import UserError, root_cause
+from . import executors
 from .experiments import Experiment, registry
 from .memory import allocation_failure
 from .recipes import Recipe, load_recipe, parse_overrides
@@ -42,6 +43,13 @@ SHARED = {
     "seed": (Annotated[Optional[int], typer.Option("--seed", help="Base seed of every random draw.")], None),
     "device": (Annotated[Optional[str], typer.Option("--device", help="cpu, cuda or auto.")], None),
     "out": (Annotated[Optional[str], typer.Option("--out", help="Root folder of the run (default outputs/).")], None),
+    "workers": (Annotated[Optional[int], typer.Option("--workers", help="Grid points measured at once (local "
+                                                                         "worker processes, or Ray tasks).")], None),
+    "executor": (Annotated[Optional[str], typer.Option("--executor", help="serial, local or ray (default: serial for "
+                                                                          "one worker, local for more).")], None),
+    "address": (Annotated[Optional[str], typer.Option("--address", help="A Ray cluster's address (host:port, "
+                                                                        "ray://host:port or auto) for --executor "
+                                                                        "ray.")], None),
     "sets": (Annotated[list[str], typer.Option("--set", help="Override any recipe field: --set key=value (value "
                                                              "parsed as YAML; repeatable).")], []),
     "dry_run": (Annotated[bool, typer.Option("--dry-run", help="Print the resolved recipe and the planned work; "
@@ -67,7 +75,7 @@ def user_errors() -> Iterator[None]:
     try:
         yield
     except UserError as err:
-        err_console.print(f"[bold red]error:[/] {err}", highlight=False, soft_wrap=True)
+        err_console.print(f"[bold red]error:[/] {escape(str(err))}", highlight=False, soft_wrap=True)
         raise typer.Exit(2) from None
 
 
@@ -131,14 +139,18 @@ def _execute(exp: Experiment, cfg: Recipe, fresh: bool) -> tuple[Run, dict[str, 
     device = resolve_device(cfg.device)
     if device.type not in exp.DEVICES:
         raise UserError(f"{exp.COMMAND} runs on the {' or '.join(exp.DEVICES)} only; use --device cpu")
-    folder = None
+    if not exp.POINTS and (cfg.workers > 1 or cfg.executor not in ("auto", "serial")):
+        raise UserError(f"{exp.COMMAND} measures its points in one process; --workers and --executor apply to "
+                        f"{', '.join(c for c, e in registry().items() if e.POINTS)}")
+    folder, runner = None, executors.executor(cfg.executor, cfg.workers, cfg.address, device)
     try:
         prepared = exp.prepare(cfg)
         main = is_main_process()
         folder = Run.start(exp.COMMAND, cfg, resumable=exp.RESUMABLE, files=exp.FILES, fresh=fresh and main,
-                           progress=_progress_factory() if main else None)
+                           progress=_progress_factory() if main else None, executor=runner)
         result = exp.run(cfg, folder, prepared)
     except BaseException as err:
+        runner.close()
         if folder is not None:
             folder.discard_if_empty(exp.FILES)
         why = allocation_failure(err) or allocation_failure(root_cause(err))
@@ -146,16 +158,19 @@ def _execute(exp: Experiment, cfg: Recipe, fresh: bool) -> tuple[Run, dict[str, 
             raise
         stage = folder.stage if folder is not None else "reading the data and building the model"
         raise UserError(f"out of memory while {stage}: {why}; lower the recipe's sizes") from None
+    runner.close()
     if main:
         folder.save_csv("claims.csv", exp.report([Run.open(folder.dir, exp.SCALE)]).frame())
     return folder, result
 
 
 def run_experiment(exp: Experiment, recipe: Optional[Path], seed: Optional[int], device: Optional[str],
-                   out: Optional[str], sets: list[str], dry_run: bool, fresh: bool, **flags: Any) -> None:
+                   out: Optional[str], workers: Optional[int], executor: Optional[str], address: Optional[str],
+                   sets: list[str], dry_run: bool, fresh: bool, **flags: Any) -> None:
     """What every experiment command does: load the recipe, plan or run, print the experiment's tables."""
     with user_errors():
-        cfg = _load(exp, recipe, sets, {**flags, "seed": seed, "device": device, "out": out})
+        cfg = _load(exp, recipe, sets, {**flags, "seed": seed, "device": device, "out": out, "workers": workers,
+                                         "executor": executor, "address": address})
         if dry_run:
             _dry_run(cfg, exp.plan(cfg))
             return

@@ -35,6 +35,12 @@ class Recipe(BaseModel):
     seed: Seed = Field(0, description="base seed of every random draw")
     device: Literal["cpu", "cuda", "auto"] = Field("cpu", description="where tensors live; auto picks cuda if present")
     out: str = Field("outputs", min_length=1, description="root folder of all runs")
+    executor: Literal["auto", "serial", "local", "ray"] = Field(
+        "auto", description="who measures the grid's points: serial (this process), local worker processes, or Ray "
+                            "tasks; auto is serial for one worker, local for more (experiments with a grid of runs)")
+    workers: int = Field(1, ge=1, le=4096, description="points measured at once (local processes or Ray tasks)")
+    address: str | None = Field(None, min_length=1, description="a Ray cluster's address for the ray executor: "
+                                                                "host:port, ray://host:port or auto")
 
     @field_validator("name")
     @classmethod

@@ -23,6 +23,7 @@ import yaml
 
 from . import __version__
 from .errors import UserError, first_line
+from .executors import PointFn, Serial
 from .recipes import Recipe
 
 
@@ -116,25 +117,31 @@ def _flat(config: dict, prefix: str = "") -> dict:
     return out
 
 
+RUNNER = ("device", "out", "executor", "workers", "address")  # where and by whom a run is measured, not what
+
+
 class Run:
     """One experiment's folder outputs/<command>/<name>/: `Run.start` makes it for a run, which writes its
     CSVs, figures and run.json there point by point; `Run.open` reads a finished one (the report)."""
 
     def __init__(self, folder: Path, recipe: Recipe | None = None, *, scale: tuple[str, ...] = (),
-                 progress: Callable[[str, int], contextlib.AbstractContextManager[Advance]] | None = None):
+                 progress: Callable[[str, int], contextlib.AbstractContextManager[Advance]] | None = None,
+                 executor=None):
         self.dir, self.recipe, self.scale, self.progress_factory = Path(folder), recipe, scale, progress
+        self.executor = executor or Serial()  # who measures the points handed to `measure`
         self.started = time.time()
         self.stage = "starting the run"  # what the run is doing: the last task's description
         self.made = not self.dir.exists()  # whether this run made its folder
 
     @classmethod
     def start(cls, command: str, recipe: Recipe, *, resumable: tuple[str, ...] = (), files: tuple[str, ...] = (),
-              fresh: bool = False, progress=None) -> "Run":
+              fresh: bool = False, progress=None, executor=None) -> "Run":
         """The run folder of `recipe`, resumable point by point. `resumable` lists the recipe fields that only
         widen the grid (more m, more repeats): a re-run that changes only those resumes; a change to any other
         field needs --fresh or another --out. `files` names what the experiment writes there (besides
         config.yaml and run.json): the files that count as results and the only ones --fresh removes."""
-        run = cls(Path(recipe.out) / command / (recipe.name or "default"), recipe, progress=progress)
+        run = cls(Path(recipe.out) / command / (recipe.name or "default"), recipe, progress=progress,
+                  executor=executor)
         try:
             run.dir.mkdir(parents=True, exist_ok=True)
             probe = run.dir / f"{TEMP_PREFIX}write-test"
@@ -164,7 +171,7 @@ class Run:
         if old is None:
             raise UserError(f"{self.dir} holds results but no readable config.yaml; pass --fresh to discard them "
                             "or --out to write elsewhere")
-        old, config, free = _flat(old), _flat(config), (*resumable, "device", "out")
+        old, config, free = _flat(old), _flat(config), (*resumable, *RUNNER)
         changed = sorted(k for k in set(old) | set(config)
                          if not any(k == f or k.startswith(f + ".") for f in free) and old.get(k) != config.get(k))
         if changed:
@@ -249,6 +256,12 @@ class Run:
             with self.progress_factory(description, total) as advance:
                 yield advance
 
+    def measure(self, description: str, fn: PointFn, points: list, shared, cost: Callable[[object], float]):
+        """(point, fn(shared, point, advance) or Failed) for every point, as they finish, measured by the run's
+        executor; one progress bar of sum(cost(point)) units."""
+        with self.task(description, sum(cost(p) for p in points)) as advance:
+            yield from self.executor.map(fn, points, shared, advance, cost)
+
     def discard_if_empty(self, files: tuple[str, ...]) -> None:
         """After a failed run: when none of `files` (its results) exists, remove what the run wrote (config.yaml,
         and the folder itself if the run made it), so that a failure leaves no half-written output."""
@@ -291,10 +304,12 @@ class Results:
     and a re-run resumes. The one resume helper of every experiment."""
 
     def __init__(self, run: Run, keys: list[str], name: str = "results.csv", write: bool = True,
-                 done: set[tuple] | None = None):
+                 done: set[tuple] | None = None, ordered: bool = False):
         """`done`: for a table that accompanies another (curves beside results), the points that table
-        finished; rows of any other point (written before an interruption) are dropped and remeasured."""
-        self.run, self.keys, self.name, self.write = run, keys, name, write
+        finished; rows of any other point (written before an interruption) are dropped and remeasured.
+        `ordered`: the table's rows sorted by their keys (a point's own rows in the order they came), so that it
+        does not depend on the order in which an executor's workers finished the points."""
+        self.run, self.keys, self.name, self.write, self.ordered = run, keys, name, write, ordered
         previous = run.load_csv(name)
         if previous is not None and done is not None:
             previous = previous[[k in done for k in previous[keys].itertuples(index=False, name=None)]]
@@ -317,6 +332,8 @@ class Results:
         """Every row so far; with `wanted` (key tuples), only the rows of those points."""
         frames = [f for f in self.frames if not f.empty]
         df = pd.concat(frames, ignore_index=True) if frames else pd.DataFrame(columns=self.keys)
+        if self.ordered:
+            df = df.sort_values(self.keys, kind="stable", ignore_index=True)
         if wanted is not None:
             wanted = set(wanted)
             keep = [k in wanted for k in df[self.keys].itertuples(index=False, name=None)]

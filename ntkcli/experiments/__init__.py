@@ -29,6 +29,7 @@ class Experiment(Protocol):
     FILES: tuple[str, ...]  # what a run writes besides config.yaml and run.json (what --fresh removes)
     SCALE: tuple[str, ...]  # recipe fields that set a run's scale, shown beside its claims
     DEVICES: tuple[str, ...]  # where it runs: ("cpu",) or ("cpu", "cuda")
+    POINTS: bool  # whether it hands its grid's points to the run's executor (Run.measure): --workers, --executor
 
     def plan(self, cfg: Recipe) -> list[tuple[str, str]]:
         """The work a run does, as (what, how much): printed by --dry-run, derived from what `run` executes."""

@@ -47,6 +47,7 @@ HELP = ("Figure 1 (§4.4): error of NTK-Attention against exact attention with a
         "(mean ± std), approx_error.png, claims.csv and run.json to outputs/approx-error/<recipe>/. Re-running resumes "
         "and skips finished points.")
 NEEDS_RECIPE, DEVICES = False, ("cpu", "cuda")
+POINTS = False  # vectorised over m in one process
 FLAGS = {"max_log2m": ("--max-log2m", int, "Largest prefix length is 2^max_log2m (1–30)."),
          "repeats": ("--repeats", int, "Independent draws of W and P per regime."),
          "protocol": ("--protocol", str, "text (paper §4.4) or released (authors' script; m ≤ 2^12).")}

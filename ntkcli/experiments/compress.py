@@ -46,6 +46,7 @@ HELP = ("Eq. (4) on a real model: SuperGLUE passages compressed into per-layer (
         "intervals over contexts), compress.png, frontier.png, learned_map.pt (the learned map's weights), claims.csv "
         "and run.json to outputs/compress/<recipe>/. Re-running resumes and skips finished (m, depth, method) points.")
 NEEDS_RECIPE, FLAGS, DEVICES = False, {}, ("cpu", "cuda")
+POINTS = False  # one model and its contexts in one process
 KEYS = ["m", "depth", "method"]
 RESUMABLE = ("lengths", "maps", "depths", "baselines")
 LEARNED_FILE = "learned_map.pt"

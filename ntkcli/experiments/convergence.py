@@ -38,6 +38,7 @@ RESUMABLE = ("parts", "seeds", "log2m", "t_depths", "t_widths")
 FILES = ("results.csv", "curves.csv", "summary.csv", "convergence.png", "claims.csv")
 SCALE = ("log2m", "t_depths", "t_widths", "seeds")  # the fields that set a run's scale, shown beside its claims
 DEVICES = ("cpu",)  # float64 theory checks
+POINTS = False  # seconds per point: not worth a worker
 # the two papers' claims and the rules our measurements are judged by
 THM_310 = Claim("Thm 3.10: prefix learning converges linearly to any accuracy for large m, its NTK barely moving",
                 "loss → 0 at rate ~2ηλ_min; kernel drift ~ m^(−1/2)")

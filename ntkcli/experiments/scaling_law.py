@@ -31,6 +31,7 @@ from .. import batteries, fitting, rules
 from ..claims import DIVERGED, INCONCLUSIVE, NOT_RUN, OUTSIDE, Claim, Section, fmt
 from ..rules import Condition
 from ..errors import first_line
+from ..executors import Failed
 from ..figures import scaling_law as figures
 from ..recipes import Count, Depth, Positive, Recipe, TransformerSpec, Width
 from ..runs import Results, Run, is_main_process, nested_randn, process_rank, seed_for
@@ -44,6 +45,7 @@ FILES = ("results.csv", "results.rank*.csv", "frontier.csv", "fits.csv", "summar
          "claims.csv", "battery.csv")
 SCALE = ("n_values", "widths", "steps", "seeds")  # the fields that set a run's scale, shown beside its claims
 DEVICES = ("cpu",)  # small students, vectorised on the CPU
+POINTS = True  # a packed group of students per (width, depth)
 HELP = ("Paper 2, Theorems 7.1–7.2: scaling laws of a transformer trained by SGD on teacher–student data.\n\n"
         "Trains paper 2's model for every (data size N, width m, depth) the sweeps need, several seeds, vectorised over "
         "N and seeds; fits the time, data and model laws (power laws with offset, Huber loss in log space, bootstrap "
@@ -385,25 +387,31 @@ def measure(cfg: ScalingLawRecipe, folder: Run) -> Results:
     """Train the missing students (this process's share of the groups under torchrun) and save them."""
     dtype = getattr(torch, cfg.dtype)
     rank, world = process_rank()
-    results = Results(folder, KEYS, write=world == 1)
+    results = Results(folder, KEYS, write=world == 1, ordered=True)
     groups: dict[tuple[int, int], list[tuple[int, float, int]]] = {}
     for n, width, depth, eps, seed in results.todo((*p, s) for p in sweep_points(cfg) for s in range(cfg.seeds)):
         groups.setdefault((width, depth), []).append((n, eps, seed))
     mine = [g for i, g in enumerate(sorted(groups)) if i % world == rank]
     if mine:
-        teacher = Teacher(cfg, dtype)
-        pools, test = data_pools(cfg, list(range(cfg.seeds)), dtype)
-        with folder.task(f"train {sum(len(groups[g]) for g in mine)} students in {len(mine)} groups",
-                         len(mine) * cfg.steps) as advance:
-            for width, depth in mine:
-                results.add(train_with_fallbacks(cfg, width, depth, groups[(width, depth)], teacher, pools, test,
-                                                 advance))
-                if world > 1:
-                    folder.save_csv(f"results.rank{rank}.csv", results.table())
+        shared = (cfg, Teacher(cfg, dtype), *data_pools(cfg, list(range(cfg.seeds)), dtype), groups)
+        for (width, depth), outcome in folder.measure(
+                f"train {sum(len(groups[g]) for g in mine)} students in {len(mine)} groups", _group, mine, shared,
+                lambda group: cfg.steps):
+            if isinstance(outcome, Failed):
+                raise outcome.error or RuntimeError(f"the students of width {width}, depth {depth}: {outcome.reason}")
+            results.add(outcome)
+            if world > 1:
+                folder.save_csv(f"results.rank{rank}.csv", results.table())
     if world > 1:
         _gather_shards(folder, world)
         return Results(folder, KEYS, write=False)
     return results
+
+
+def _group(shared: tuple, group: tuple[int, int], advance) -> pd.DataFrame:
+    """One (width, depth) group of students trained: a pure function of the group, for any executor's worker."""
+    cfg, teacher, pools, test, groups = shared
+    return train_with_fallbacks(cfg, *group, groups[group], teacher, pools, test, advance)
 
 
 def train_with_fallbacks(cfg: ScalingLawRecipe, width: int, depth: int, students, *args) -> pd.DataFrame:

@@ -36,6 +36,7 @@ HELP = ("Tables 1–2 (§5): NTK-Attention vs P-Tuning v2 vs LoRA vs full fine-t
         "outputs/finetune/<recipe>/; re-running skips finished (method, seed) pairs. Under torchrun only rank 0 "
         "writes and prints.")
 NEEDS_RECIPE, FLAGS, DEVICES = True, {}, ("cpu", "cuda")
+POINTS = False  # its methods share a pretraining step and a per-epoch probe; superglue runs the grids
 SCALE = ("seeds", "train")  # the fields that set a run's scale, shown beside its claims
 KEYS = ["method", "seed"]
 COLUMNS = ["method", "kind", "seed", "epoch", "accuracy", "eval_loss", "train_loss", "train_seconds", "peak_mem_mb",

@@ -3,6 +3,8 @@ flags, and the failure that records nothing. Both import it; it imports neither.
 
 from __future__ import annotations
 
+import warnings
+
 import torch
 
 from ...errors import UserError
@@ -16,6 +18,9 @@ def precision(spec: TrainSpec, device: torch.device) -> dict:
     mode = spec.precision
     if mode == "auto":
         mode = "bf16" if device.type == "cuda" and torch.cuda.is_bf16_supported() else "fp32"
+    if mode == "bf16" and device.type == "cpu" and not torch.ops.mkldnn._is_mkldnn_bf16_supported():
+        warnings.warn("bf16 on a CPU without native bf16 (AVX512-BF16 or AMX) is emulated: training runs several "
+                      "times slower than fp32 (precision: auto picks fp32 on a CPU)", stacklevel=2)
     return {"bf16": mode == "bf16", "fp16": mode == "fp16"}
 
 

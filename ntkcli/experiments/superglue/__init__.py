@@ -21,6 +21,7 @@ import numpy as np
 import pandas as pd
 
 from ...errors import UserError
+from ...executors import Failed
 from ...models import load_tokenizer, model_config
 from ...runs import Results, Run, is_main_process, resolve_device
 from ..finetune import Inputs, checks, optimizer_steps, quiet, train_method
@@ -37,6 +38,7 @@ HELP = ("Table 2 (paper 1, §5) on real SuperGLUE with a real pretrained model: 
         "claims.csv (paired bootstrap verdicts), table2.png (accuracy against trainable parameters) and run.json "
         "to outputs/superglue/<recipe>/; re-running skips finished runs.")
 NEEDS_RECIPE, FLAGS, DEVICES = True, {}, ("cpu", "cuda")
+POINTS = True  # a training run per (stage, task, fold, method, step, seed)
 SCALE = ("seeds", "train")
 KEYS = ["stage", "task", "fold", "method", "variant", "lr", "seed"]
 METRICS = ["accuracy", "f1_macro", "f1a", "em"]
@@ -302,14 +304,15 @@ def _trained(cfg: SuperGlueRecipe, prep: Prepared, point: tuple, train: Split, s
         "trainable_params": last.trainable_params, "total_params": last.total_params}
 
 
-def _fit(cfg: SuperGlueRecipe, prep: Prepared, point: tuple, advance) -> tuple[dict, pd.DataFrame | None]:
-    """One run (or the majority control): its results row, and each scored example's prediction."""
+def _fit(shared: tuple[SuperGlueRecipe, Prepared], point: tuple, advance) -> tuple[dict, pd.DataFrame | None]:
+    """One run (or the majority control): its results row, and each scored example's prediction (a pure function of
+    the point: any executor's worker may run it)."""
+    cfg, prep = shared
     stage, task, fold, label = point[:4]
     train, scored = _splits(prep, stage, task, fold)
     predicted, numbers = _majority(train, scored) if label == CONTROL else \
         _trained(cfg, prep, point, train, scored, advance)
-    row = dict(zip(KEYS, point)) | {m: np.nan for m in METRICS} | {"failed": ""} | numbers | {
-        "train_rows": len(train.labels), "scored_rows": len(scored.labels)}
+    row = _row(prep, point) | numbers
     if predicted is None:
         return row, None
     row |= tasks.metrics(task, scored.labels, predicted, scored.groups)
@@ -317,17 +320,33 @@ def _fit(cfg: SuperGlueRecipe, prep: Prepared, point: tuple, advance) -> tuple[d
                               "label": scored.labels, "prediction": predicted})
 
 
+def _row(prep: Prepared, point: tuple) -> dict:
+    """A run's results row before its numbers: its keys, no metrics, not failed, the split sizes."""
+    train, scored = _splits(prep, *point[:3])
+    return dict(zip(KEYS, point)) | {m: np.nan for m in METRICS} | {"failed": ""} | {
+        "train_rows": len(train.labels), "scored_rows": len(scored.labels)}
+
+
 def _train_all(cfg: SuperGlueRecipe, prep: Prepared, folder: Run, results: Results, predictions: Results,
                points: list[tuple], what: str) -> None:
+    """Every point not measured yet, by the run's executor; each saved as it finishes (a run that raised or whose
+    worker died is a failed row naming why)."""
     todo = results.todo(points)
-    steps = sum(optimizer_steps(len(_splits(prep, *p[:3])[0].labels), cfg.train.batch_size, cfg.epochs(p[1]))
-                for p in todo if p[3] != CONTROL)
-    with folder.task(f"{what}: {len(todo)} runs", steps) as advance:
-        for point in todo:
-            row, predicted = _fit(cfg, prep, point, advance)
-            if predicted is not None:
-                predictions.add(predicted)
-            results.add([row])
+
+    def steps(p: tuple) -> int:
+        return 0 if p[3] == CONTROL else \
+            optimizer_steps(len(_splits(prep, *p[:3])[0].labels), cfg.train.batch_size, cfg.epochs(p[1]))
+
+    for point, outcome in folder.measure(f"{what}: {len(todo)} runs", _fit, todo, (cfg, prep), steps):
+        row, predicted = (_row(prep, point) | {"kind": _kind(cfg, point[3]), "failed": outcome.reason}, None) \
+            if isinstance(outcome, Failed) else outcome
+        if predicted is not None:
+            predictions.add(predicted)
+        results.add([row])
+
+
+def _kind(cfg: SuperGlueRecipe, label: str) -> str:
+    return CONTROL if label == CONTROL else next(m for m in cfg.methods if m.label == label).kind
 
 
 def _select(cfg: SuperGlueRecipe, prep: Prepared, folder: Run, results: Results, predictions: Results) -> pd.DataFrame:
@@ -377,8 +396,9 @@ def summarize(prep: Prepared, finals: pd.DataFrame, predictions: pd.DataFrame, p
 
 def run(cfg: SuperGlueRecipe, folder: Run, prep: Prepared) -> dict[str, pd.DataFrame]:
     """Selection runs, then final runs, each resumable; summary, comparisons, figure and run.json."""
-    results = Results(folder, KEYS, write=is_main_process())
-    predictions = Results(folder, KEYS, name="predictions.csv", write=is_main_process(), done=results.done)
+    results = Results(folder, KEYS, write=is_main_process(), ordered=True)
+    predictions = Results(folder, KEYS, name="predictions.csv", write=is_main_process(), done=results.done,
+                          ordered=True)
     points = _select(cfg, prep, folder, results, predictions)
     finals = final_points(prep, points)
     _train_all(cfg, prep, folder, results, predictions, finals, "final seeds")
