@@ -12,8 +12,10 @@ kills its worker is recorded as failed.
 from __future__ import annotations
 
 import multiprocessing
+import multiprocessing.connection
 import os
 import socket
+import threading
 from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
 from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass
@@ -74,6 +76,13 @@ _WORKER: dict = {}  # a local worker's function and shared inputs, set once when
 def _start_worker(fn: PointFn, shared, threads: int) -> None:
     torch.set_num_threads(threads)
     _WORKER.update(fn=fn, shared=shared)
+    threading.Thread(target=_exit_with_parent, daemon=True).start()
+
+
+def _exit_with_parent() -> None:
+    """End this worker when the driver dies (kill -9 included): its pool's queues never tell it so."""
+    multiprocessing.connection.wait([multiprocessing.parent_process().sentinel])
+    os._exit(1)
 
 
 def _in_worker(point):

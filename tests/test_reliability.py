@@ -427,7 +427,8 @@ KILLED = ["--set", "transformer={d: 4, seq_len: 3}", "--set", "noise=0.1", "--se
 @pytest.mark.parametrize("delay", [0.3])
 def test_a_coupled_scaling_law_run_killed_by_sigkill_resumes_to_the_fresh_runs_csv(tmp_path, delay):
     """kill -9 a run of a coupled sweep (ε = ξ/N, ε = ξ/M^ζ) after the first group of students is saved (and a
-    moment more), resume it: results.csv equals a fresh run's, and the laws are fitted from it."""
+    moment more), resume it on 2 local workers: results.csv equals a fresh serial run's, and the laws are fitted
+    from it."""
     killed = tmp_path / "killed" / "scaling-law" / "default" / "results.csv"
     child = subprocess.Popen([sys.executable, "-c", "from ntkcli.cli import app; app()", "scaling-law", *KILLED,
                               "--out", str(tmp_path / "killed")], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
@@ -439,11 +440,9 @@ def test_a_coupled_scaling_law_run_killed_by_sigkill_resumes_to_the_fresh_runs_c
     child.kill()
     child.wait()
     assert killed.exists() and not (killed.parent / "run.json").exists(), "the run ended before it was killed"
-    assert invoke("scaling-law", *KILLED, "--out", tmp_path / "killed").exit_code == 0
+    assert invoke("scaling-law", *KILLED, "--out", tmp_path / "killed", "--workers", "2").exit_code == 0
     assert invoke("scaling-law", *KILLED, "--out", tmp_path / "fresh").exit_code == 0
-    keys = ["n", "width", "depth", "epsilon", "seed", "step"]
-    a, b = (pd.read_csv(tmp_path / k / "scaling-law" / "default" / "results.csv").sort_values(keys)
-            .reset_index(drop=True) for k in ("killed", "fresh"))
+    a, b = (pd.read_csv(tmp_path / k / "scaling-law" / "default" / "results.csv") for k in ("killed", "fresh"))
     pd.testing.assert_frame_equal(a, b)
     assert (killed.parent / "claims.csv").exists()
 
@@ -469,31 +468,53 @@ def test_a_cgroup_memory_limit_binds_the_estimate(tmp_path, monkeypatch, limit, 
 
 
 def test_a_superglue_run_by_folds_killed_by_sigkill_resumes_to_the_fresh_runs_csv(tmp_path):
-    """kill -9 a superglue run scored by 2 folds (plus the official split) once six runs are saved, resume it:
-    results.csv and predictions.csv equal a fresh run's (but for the timings), and the tables are written."""
+    """kill -9 a superglue run scored by 2 folds (plus the official split) on 2 local workers once six runs are
+    saved, resume it on 2 workers: results.csv and predictions.csv equal a fresh serial run's, row for row (but for
+    the timings), the tables are written, and no worker outlives the killed driver."""
     from test_superglue import recipe, write_superglue
 
     methods = [{"method": "fft", "lrs": [0.0001]}, {"method": "ntk", "lrs": [0.001, 0.01]}]
     path = recipe(tmp_path, write_superglue(tmp_path / "sg"), data={"folds": {"cb": 2}}, seeds=[0], methods=methods)
     killed = tmp_path / "killed" / "superglue" / "sg" / "results.csv"
     child = subprocess.Popen([sys.executable, "-c", "from ntkcli.cli import app; app()", "superglue", str(path),
-                              "--out", str(tmp_path / "killed")], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+                              "--out", str(tmp_path / "killed"), "--workers", "2"],
+                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     for _ in range(3000):
         if (killed.exists() and len(killed.read_text().splitlines()) > 6) or child.poll() is not None:
             break
         time.sleep(0.1)
+    workers = _children(child.pid)
     child.kill()
     child.wait()
     assert killed.exists() and not (killed.parent / "run.json").exists(), "the run ended before it was killed"
-    assert invoke("superglue", path, "--out", tmp_path / "killed").exit_code == 0
+    assert workers and _gone(workers), "a worker outlived its driver"
+    assert invoke("superglue", path, "--out", tmp_path / "killed", "--workers", "2").exit_code == 0
     assert invoke("superglue", path, "--out", tmp_path / "fresh").exit_code == 0
     timings = ["train_seconds", "examples_per_s", "peak_mem_mb"]
-    for name, keys in (("results.csv", KEYS_SG), ("predictions.csv", [*KEYS_SG, "row"])):
+    for name in ("results.csv", "predictions.csv"):
         a, b = (pd.read_csv(tmp_path / k / "superglue" / "sg" / name).drop(columns=timings, errors="ignore")
-                .sort_values(keys).reset_index(drop=True) for k in ("killed", "fresh"))
+                for k in ("killed", "fresh"))
         pd.testing.assert_frame_equal(a, b)
     assert set(pd.read_csv(killed).fold) == {"val", "cv0", "cv1"}
     assert (killed.parent / "claims.csv").exists() and (killed.parent / "summary.csv").exists()
 
 
-KEYS_SG = ["stage", "task", "fold", "method", "variant", "lr", "seed"]
+def _children(pid: int) -> list[int]:
+    """The processes whose parent is `pid` (Linux's /proc)."""
+    path = Path(f"/proc/{pid}/task/{pid}/children")
+    return [int(p) for p in path.read_text().split()] if path.exists() else []
+
+
+def _gone(pids: list[int], wait: float = 30.0) -> bool:
+    """Whether every process of `pids` has ended within `wait` seconds."""
+    def alive(pid: int) -> bool:
+        try:
+            return "zombie" not in Path(f"/proc/{pid}/status").read_text()
+        except OSError:
+            return False
+
+    for _ in range(int(wait * 10)):
+        if not any(map(alive, pids)):
+            return True
+        time.sleep(0.1)
+    return False
