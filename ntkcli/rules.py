@@ -206,6 +206,19 @@ def prefix_convergence(loss_ratio: float, rate_ratios, slope_lower: float, slope
     return verdict(loss_ratio < LOSS_DROP and rates_ok and slope_lower <= -0.5 <= slope_upper)
 
 
+def ratio_interval(top, bottom, *, n_boot: int = 2000, seed: int = 0, level: float = 0.95) -> tuple[float, float, float]:
+    """(mean(top)/mean(bottom), lower, upper) over paired replicates (a repeat's two values stay together): a
+    percentile bootstrap interval that resamples the replicates (NaN bounds for one)."""
+    top, bottom = np.asarray(top, float), np.asarray(bottom, float)
+    ratio = float(top.mean() / bottom.mean())
+    if len(top) < 2:
+        return ratio, float("nan"), float("nan")
+    pick = np.random.default_rng(seed).integers(0, len(top), size=(n_boot, len(top)))
+    draws = top[pick].mean(1) / bottom[pick].mean(1)
+    tail = 100 * (1 - level) / 2
+    return ratio, float(np.percentile(draws, tail)), float(np.percentile(draws, 100 - tail))
+
+
 def mean_interval(values, level: float = 0.95) -> tuple[float, float, float]:
     """(mean, lower, upper): Student's t interval of the mean of a few independent values (NaN bounds for one)."""
     from scipy import stats

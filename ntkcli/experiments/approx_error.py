@@ -335,9 +335,23 @@ def headline(summary: pd.DataFrame) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
+def _growth_interval(results: pd.DataFrame | None, w: float, low: float, high: float) -> str:
+    """compress-taylor2's Eq. (6) growth from m = low to high with its bootstrap interval over the repeats (the
+    repeats resampled, each repeat's two errors together); empty when results.csv cannot give it."""
+    if results is None or "repeat" not in results:
+        return ""
+    rows = results[(results.method == "compress-taylor2") & (results.weight_std == w)]
+    at = rows.pivot_table(index="repeat", columns="m", values="eq6_error")
+    if low not in at or high not in at:
+        return ""
+    paired = at[[low, high]].dropna()
+    _, lower, upper = rules.ratio_interval(paired[high], paired[low])
+    return f" [{lower:.0f}, {upper:.0f}] (bootstrap over {len(paired)} repeats)" if np.isfinite(lower) else ""
+
+
 def _claims(run: Run, summary: pd.DataFrame) -> list[Claim]:
     """Figure 1's trend for compress-taylor2 and its comparison with the null, two claims per regime of one run."""
-    found = []
+    found, results = [], run.csv("results.csv", ("weight_std", "m", "repeat", "eq6_error"))
     fin = summary[np.isfinite(summary.m)]
     for w, grp in fin[fin.method == "compress-taylor2"].groupby("weight_std"):
         grp = grp.sort_values("m")
@@ -347,7 +361,9 @@ def _claims(run: Run, summary: pd.DataFrame) -> list[Claim]:
         ran = span >= MIN_SPAN and np.isfinite(null_rel).all()
         found.append(Claim(f"{CLAIM} — W entries std {w:g}", PAPER,
                            f"compress-taylor2: Eq. (6) {fmt(grp.eq6_error_mean.iloc[0])} → "
-                           f"{fmt(grp.eq6_error_mean.iloc[-1])}, {growth:.0f}× over m × {span:,.0f}; relative error "
+                           f"{fmt(grp.eq6_error_mean.iloc[-1])}, {growth:.0f}×"
+                           f"{_growth_interval(results, w, grp.m.iloc[0], grp.m.iloc[-1])} over m × {span:,.0f}; "
+                           f"relative error "
                            f"{fmt(rel[-1])} at m = {grp.m.iloc[-1]:,.0f} (null {fmt(null_rel[-1])})", run.source,
                            rules.growth(growth, rel[-1], null_rel[-1]) if ran else NOT_RUN))
         big = grp.m.to_numpy() >= rules.NULL_FROM_M
