@@ -25,7 +25,6 @@ import torch
 
 from .errors import UserError, first_line
 
-EXECUTORS = ("serial", "local", "ray")
 Point = Any
 PointFn = Callable[[Any, Point, Callable[[float], None]], Any]  # fn(shared, point, advance) → the point's result
 
@@ -60,8 +59,6 @@ def _noop(_: float = 1) -> None:
 class Serial:
     """Every point in this process, in order, with the live progress bar."""
 
-    name, workers = "serial", 1
-
     def map(self, fn: PointFn, points: Iterable[Point], shared, advance, cost) -> Iterator[tuple[Point, Any]]:
         for point in points:
             yield point, _call(fn, shared, point, advance)
@@ -92,8 +89,6 @@ def _in_worker(point):
 class Local:
     """`workers` processes on this machine (spawned: no state shared with the driver), each given the shared inputs
     once, at most `workers` points in flight."""
-
-    name = "local"
 
     def __init__(self, workers: int, threads: int):
         self.workers, self.threads = workers, threads
@@ -174,8 +169,6 @@ def _reachable(address: str) -> bool:
 class Ray:
     """Each point a Ray task asking for `threads` CPUs (and `gpus` GPUs); the shared inputs put in the object store
     once. A local Ray instance with this machine's cores, or the cluster at `address`."""
-
-    name = "ray"
 
     def __init__(self, workers: int, threads: int, address: str | None, gpus: float):
         try:

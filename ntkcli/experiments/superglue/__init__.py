@@ -289,7 +289,7 @@ def _trained(cfg: SuperGlueRecipe, prep: Prepared, point: tuple, train: Split, s
     """One method trained at one grid point: its predictions on the scored split and its run's numbers; a run that
     fails (a non-finite loss) gives no predictions and says why in `failed`."""
     stage, task, fold, label, variant, lr, seed = point
-    method = next(m for m in cfg.methods if m.label == label)
+    method = _method(cfg, label)
     spec = method.candidates()[[variant_name(v) for v in method.variants].index(variant)]
     inputs = Inputs(prep.device, train.rows, scored.rows, prep.collator)
     try:
@@ -346,7 +346,11 @@ def _train_all(cfg: SuperGlueRecipe, prep: Prepared, folder: Run, results: Resul
 
 
 def _kind(cfg: SuperGlueRecipe, label: str) -> str:
-    return CONTROL if label == CONTROL else next(m for m in cfg.methods if m.label == label).kind
+    return CONTROL if label == CONTROL else _method(cfg, label).kind
+
+
+def _method(cfg: SuperGlueRecipe, label: str) -> TunedMethod:
+    return next(m for m in cfg.methods if m.label == label)
 
 
 def _select(cfg: SuperGlueRecipe, prep: Prepared, folder: Run, results: Results, predictions: Results) -> pd.DataFrame:
