@@ -6,6 +6,7 @@ beside the paper's sentence.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 import numpy as np
@@ -268,6 +269,14 @@ def model_law(lower: float, upper: float, means, ses, zeta: float) -> str:
 
 
 # --- Figure 1 (paper 1) -----------------------------------------------------------------------------------------
+
+def bounded_logits(largest: float, m: float) -> Condition:
+    """Thm 4.1's premise ‖Q‖∞, ‖K‖∞ ≤ o(√log m) read at a finite m: it bounds every logit by ‖Q‖∞‖K‖∞ = o(log m)
+    (Alman–Song's A = exp(QKᵀ/d)), so we ask that the largest logit |s·qᵀk| the queries meet be at most ln m."""
+    met = bool(largest <= math.log(m))
+    return Condition("‖Q‖∞, ‖K‖∞ ≤ o(√log m), read as every logit |s·qᵀk| ≤ ln m", met,
+                     f"largest logit {largest:.3g} {'≤' if met else '>'} ln m = {math.log(m):.3g} at m = {m:,.0f}")
+
 
 def growth(grow: float, relative: float, null_relative: float, low: float = 10, high: float = 1000) -> str:
     """Figure 1's trend: Eq. (6) grows by `low`–`high`× over the m range, and the plain relative error at the largest

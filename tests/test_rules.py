@@ -155,6 +155,33 @@ def test_figure1_beats_the_null_at_every_large_m():
     assert rules.beats_null(m[:5], 0.1 * null[:5], null[:5]) == NOT_RUN  # no m ≥ 2^10
 
 
+def test_figure1_premise_reads_the_largest_logit_against_ln_m():
+    m = 2.0 ** 18  # ln m = 12.48
+    assert rules.bounded_logits(7.3, m).met  # W std 0.125, measured
+    assert not rules.bounded_logits(526.0, m).met  # W std 1: the premise fails
+    assert not rules.bounded_logits(12.5, m).met and rules.bounded_logits(12.4, m).met
+    failed = rules.judge([rules.bounded_logits(526.0, m)], lambda: REPRODUCED)
+    assert failed.startswith(OUTSIDE) and "526 > ln m = 12.5" in failed
+
+
+def test_approx_error_measures_the_largest_logit_the_test_queries_meet():
+    """Second path: the naive full logit matrix of the test queries against the inputs' and the first m prefix keys."""
+    import math
+    import torch
+    from ntkcli.experiments import approx_error as ae
+    from ntkcli.runs import seed_for
+
+    cfg = ae.ApproxErrorRecipe(d=8, seq_len=4, max_log2m=6, n_test=2, n_train=2, chunk=5, dtype="float64")
+    dr = ae._draw(cfg, 0.5, seed_for(0, 0.5, 0), 64, "cpu", torch.float64)
+    got = {ex.m: ex.largest_logit for ex in ae._text_protocol(cfg, dr, [2, 16, 64], infinity=True)}
+    q = dr.x[:2] @ dr.w_q
+    for m in (2, 16, 64):
+        keys = torch.cat([dr.x[:2] @ dr.w_k, (dr.prefix[:m] @ dr.w_k).expand(2, m, 8)], dim=1)
+        naive = (q @ keys.transpose(1, 2)).abs().max().item() * cfg.scale
+        assert got[m] == pytest.approx(naive, rel=1e-12)
+    assert got[2] <= got[16] <= got[64] and math.isinf(got[math.inf])
+
+
 # --- paper 1 Thm 3.10 ------------------------------------------------------------------------------------------
 
 @pytest.mark.parametrize("loss_ratio, ratios, slope, expected", [

@@ -133,6 +133,7 @@ class Exact:
     mean_p: Tensor  # exact attention over the prefix (lse = -inf where the protocol has none)
     lse_p: Tensor
     qk_max: Tensor  # [n]: ‖s·Q_i K_iᵀ‖_∞ of Eq. (6)
+    largest_logit: float  # max |s·qᵀk| over the test queries and every key they see at m (Thm 4.1's premise)
 
 
 def _draw(cfg: ApproxErrorRecipe, w_std: float, seed: int, m_max: int, device, dtype) -> Draw:
@@ -152,18 +153,26 @@ def _score_max(q: Tensor, k: Tensor, scale: float) -> Tensor:
     return torch.stack([(qi @ ki.transpose(-1, -2)).abs().amax() * scale for qi, ki in zip(q, k)])
 
 
+def largest_logits(q: Tensor, keys: Tensor, scale: float, chunk: int) -> Tensor:
+    """max |s·qᵀk_j| over the queries q [.., d], for every key j of keys [m, d] (streamed in chunks)."""
+    q = q.reshape(-1, q.shape[-1])
+    return torch.cat([(q @ block.T).abs().amax(0) * scale for block in keys.split(chunk)])
+
+
 def _text_protocol(cfg: ApproxErrorRecipe, dr: Draw, marks: list[int], infinity: bool) -> Iterator[Exact]:
     s = cfg.scale
     q, k, v = _qkv(dr, dr.x)
     mean_x, lse_x = attention_lse(q, k, v, scale=s)
     qk_max = _score_max(q, k, s)
+    own = qk_max[: cfg.n_test].max().item()
     if marks:
         pk, pv = dr.prefix @ dr.w_k, dr.prefix @ dr.w_v
+        seen = largest_logits(q[: cfg.n_test], pk[: max(marks)], s, cfg.chunk).cummax(0).values
         for m, (mean_p, lse_p) in zip(marks, prefix_stats(q, pk, pv, scale=s, ends=marks, chunk=cfg.chunk)):
-            yield Exact(m, q, mean_x, lse_x, mean_p, lse_p, qk_max)
+            yield Exact(m, q, mean_x, lse_x, mean_p, lse_p, qk_max, max(own, seen[m - 1].item()))
     if infinity:  # the input's weight vanishes next to m·e^{‖a‖²/2}; log m drops out of every ratio
         mean_p, lse_p = infinite_prefix_limit(q, dr.w_k, dr.w_v, sigma=cfg.prefix_std, scale=s, m=1.0)
-        yield Exact(INF, q, mean_x, torch.full_like(lse_x, -INF), mean_p, lse_p, qk_max)
+        yield Exact(INF, q, mean_x, torch.full_like(lse_x, -INF), mean_p, lse_p, qk_max, INF)  # Gaussian keys
 
 
 def _released_protocol(cfg: ApproxErrorRecipe, dr: Draw, marks: list[int]) -> Iterator[Exact]:
@@ -172,7 +181,9 @@ def _released_protocol(cfg: ApproxErrorRecipe, dr: Draw, marks: list[int]) -> It
         seq = torch.cat([dr.prefix[:m].expand(dr.x.shape[0], m, cfg.d), dr.x], dim=1)
         q, k, v = _qkv(dr, seq)
         mean_x, lse_x = attention_lse(q, k, v, scale=s)
-        yield Exact(m, q, mean_x, lse_x, torch.zeros_like(mean_x), torch.full_like(lse_x, -INF), _score_max(q, k, s))
+        qk_max = _score_max(q, k, s)
+        yield Exact(m, q, mean_x, lse_x, torch.zeros_like(mean_x), torch.full_like(lse_x, -INF), qk_max,
+                    qk_max[: cfg.n_test].max().item())
 
 
 def _compressed(cfg: ApproxErrorRecipe, dr: Draw, method: str, marks: list[int], seed: int) -> dict:
@@ -268,7 +279,7 @@ def _measure(cfg: ApproxErrorRecipe, w_std: float, rep: int, todo: set[tuple[flo
         for meth in [meth for meth in cfg.methods if (ex.m, meth) in todo]:
             eq6, rel = errors(_ntk_output(meth, cfg, dr, ex, compressed, seed), exact, ex.qk_max[: cfg.n_test])
             rows.append({"weight_std": w_std, "repeat": rep, "m": float(ex.m), "log2m": math.log2(ex.m),
-                         "method": meth, "eq6_error": eq6, "relative_error": rel})
+                         "method": meth, "eq6_error": eq6, "relative_error": rel, "largest_logit": ex.largest_logit})
         timings.append({"weight_std": w_std, "repeat": rep, "m": float(ex.m),
                         "seconds": round(time.perf_counter() - clock, 4)})
         clock = time.perf_counter()
@@ -310,10 +321,12 @@ def tables(cfg: ApproxErrorRecipe, result: dict[str, pd.DataFrame]) -> list[tupl
 
 
 def summarize(results: pd.DataFrame) -> pd.DataFrame:
-    """Mean and std over repeats of both errors, per (regime, m, method)."""
+    """Mean and std over repeats of both errors, and the largest logit of any repeat, per (regime, m, method)."""
     g = results.groupby(["weight_std", "m", "log2m", "method"], sort=True)
     out = g[["eq6_error", "relative_error"]].agg(["mean", "std"])
     out.columns = [f"{a}_{b}" for a, b in out.columns]
+    if "largest_logit" in results:  # runs made before it was measured lack it
+        out["largest_logit"] = g.largest_logit.max()
     out["repeats"] = g.size()
     return out.reset_index()
 
@@ -359,18 +372,21 @@ def _claims(run: Run, summary: pd.DataFrame) -> list[Claim]:
         span, growth = grp.m.iloc[-1] / grp.m.iloc[0], grp.eq6_error_mean.iloc[-1] / grp.eq6_error_mean.iloc[0]
         rel, null_rel = grp.relative_error_mean.to_numpy(), null.relative_error_mean.to_numpy()
         ran = span >= MIN_SPAN and np.isfinite(null_rel).all()
+        premise = [rules.bounded_logits(grp.largest_logit.iloc[-1], grp.m.iloc[-1])] if "largest_logit" in grp else []
         found.append(Claim(f"{CLAIM} — W entries std {w:g}", PAPER,
                            f"compress-taylor2: Eq. (6) {fmt(grp.eq6_error_mean.iloc[0])} → "
                            f"{fmt(grp.eq6_error_mean.iloc[-1])}, {growth:.0f}×"
                            f"{_growth_interval(results, w, grp.m.iloc[0], grp.m.iloc[-1])} over m × {span:,.0f}; "
                            f"relative error "
                            f"{fmt(rel[-1])} at m = {grp.m.iloc[-1]:,.0f} (null {fmt(null_rel[-1])})", run.source,
-                           rules.growth(growth, rel[-1], null_rel[-1]) if ran else NOT_RUN))
+                           rules.judge(premise, lambda: rules.growth(growth, rel[-1], null_rel[-1])) if ran
+                           else NOT_RUN))
         big = grp.m.to_numpy() >= rules.NULL_FROM_M
         worst = float(np.max(rel[big] / null_rel[big])) if big.any() and ran else float("nan")
         found.append(Claim(f"{NULL_CLAIM} — W entries std {w:g}", NULL_PAPER,
                            f"compress-taylor2's relative error is at most {fmt(worst)}× the null's over m ≥ 2^10",
-                           run.source, rules.beats_null(grp.m, rel, null_rel) if ran else NOT_RUN))
+                           run.source, rules.judge(premise, lambda: rules.beats_null(grp.m, rel, null_rel)) if ran
+                           else NOT_RUN))
     return found
 
 
