@@ -139,10 +139,10 @@ def _execute(exp: Experiment, cfg: Recipe, fresh: bool) -> tuple[Run, dict[str, 
     device = resolve_device(cfg.device)
     if device.type not in exp.DEVICES:
         raise UserError(f"{exp.COMMAND} runs on the {' or '.join(exp.DEVICES)} only; use --device cpu")
-    if not exp.POINTS and (cfg.workers > 1 or cfg.executor not in ("auto", "serial")):
-        raise UserError(f"{exp.COMMAND} measures its points in one process; --workers and --executor apply to "
+    if not exp.POINTS and (cfg.workers > 1 or cfg.executor not in ("auto", "serial") or cfg.threads):
+        raise UserError(f"{exp.COMMAND} measures its points in one process; --workers, --executor and threads apply to "
                         f"{', '.join(c for c, e in registry().items() if e.POINTS)}")
-    folder, runner = None, executors.executor(cfg.executor, cfg.workers, cfg.address, device)
+    folder, runner = None, executors.executor(cfg.executor, cfg.workers, cfg.address, device, cfg.threads)
     try:
         prepared = exp.prepare(cfg)
         main = is_main_process()

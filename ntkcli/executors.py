@@ -57,11 +57,19 @@ def _noop(_: float = 1) -> None:
 
 
 class Serial:
-    """Every point in this process, in order, with the live progress bar."""
+    """Every point in this process, in order, with the live progress bar, at `threads` intra-op threads."""
+
+    def __init__(self, threads: int | None = None):
+        self.threads = threads
 
     def map(self, fn: PointFn, points: Iterable[Point], shared, advance, cost) -> Iterator[tuple[Point, Any]]:
-        for point in points:
-            yield point, _call(fn, shared, point, advance)
+        before = torch.get_num_threads()
+        torch.set_num_threads(self.threads or before)
+        try:
+            for point in points:
+                yield point, _call(fn, shared, point, advance)
+        finally:
+            torch.set_num_threads(before)
 
     def close(self) -> None:
         return None
@@ -214,18 +222,18 @@ class Ray:
             self.ray.shutdown()
 
 
-def executor(kind: str, workers: int, address: str | None, device: torch.device):
+def executor(kind: str, workers: int, address: str | None, device: torch.device, threads: int | None = None):
     """The executor a recipe asks for: `kind` auto is serial for one worker, local for more; the threads of each
-    point are the cores divided among the workers; on a GPU each Ray task asks for one GPU."""
+    point are `threads`, or the cores divided among the workers; on a GPU each Ray task asks for one GPU."""
     kind = ("serial" if workers == 1 else "local") if kind == "auto" else kind
     if address and kind != "ray":
         raise UserError(f"--address is a Ray cluster's address; it needs --executor ray (the executor is {kind})")
-    threads = max(1, cores() // workers)
     if kind == "serial":
         if workers > 1:
             raise UserError(f"the serial executor runs one point at a time; --workers {workers} needs --executor "
                             "local or ray")
-        return Serial()
+        return Serial(threads)
+    threads = threads or max(1, cores() // workers)
     if kind == "local":
         return Local(workers, threads)
     return Ray(workers, threads, address, gpus=1.0 if device.type == "cuda" else 0.0)

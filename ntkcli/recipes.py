@@ -41,6 +41,9 @@ class Recipe(BaseModel):
     workers: int = Field(1, ge=1, le=4096, description="points measured at once (local processes or Ray tasks)")
     address: str | None = Field(None, min_length=1, description="a Ray cluster's address for the ray executor: "
                                                                 "host:port, ray://host:port or auto")
+    threads: int | None = Field(None, ge=1, le=4096, description="intra-op threads of each point, whoever measures "
+                                "it (null: this machine's cores divided among the workers). CPU sums split by "
+                                "thread: the same threads give the same CSVs, bit for bit, on any executor")
 
     @field_validator("name")
     @classmethod

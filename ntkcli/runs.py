@@ -117,7 +117,7 @@ def _flat(config: dict, prefix: str = "") -> dict:
     return out
 
 
-RUNNER = ("device", "out", "executor", "workers", "address")  # where and by whom a run is measured, not what
+RUNNER = ("device", "out", "executor", "workers", "address", "threads")  # where and by whom a run is measured, not what
 
 
 class Run:

@@ -24,14 +24,18 @@ def test_two_local_workers_and_ray_give_the_serial_runs_csvs_row_for_row(tmp_pat
     """The tiny superglue recipe by this process, by 2 worker processes and by 2 Ray tasks at a time: results.csv
     and predictions.csv are equal row for row (the timing columns aside), and the tables follow."""
     methods = [{"method": "fft", "lrs": [0.0001]}, {"method": "ntk", "lrs": [0.001, 0.01]}]
-    path = recipe(tmp_path, write_superglue(tmp_path / "sg"), seeds=[0], methods=methods, selection={"grow": 0})
-    # 4 selection runs (majority, fft, ntk at two steps) and the finals of the chosen and the paper's points
+    path = recipe(tmp_path, write_superglue(tmp_path / "sg"), seeds=[0], methods=methods, selection={"grow": 0},
+                  threads=1)  # the same intra-op threads for every executor: CPU sums split by thread
+    # the selection runs (majority, fft, ntk at two steps, the paper's points) and the finals of the chosen and the
+    # paper's points
     runs = {"serial": [], "local": ["--workers", "2"], "ray": ["--executor", "ray", "--workers", "2"]}
     for name, flags in runs.items():
         r = invoke("superglue", path, "--out", tmp_path / name, *flags)
         assert r.exit_code == 0, r.output
     serial = _csvs(tmp_path / "serial" / "superglue" / "sg")
-    assert len(serial[0]) == 9 and serial[0].failed.isna().all()
+    points = pd.read_csv(tmp_path / "serial" / "superglue" / "sg" / "points.csv")
+    finals = serial[0][serial[0].stage == "final"]
+    assert len(finals) == len(points.drop_duplicates(["method", "lr"])) and serial[0].failed.isna().all()
     for name in ("local", "ray"):
         folder = tmp_path / name / "superglue" / "sg"
         for mine, theirs in zip(serial, _csvs(folder)):
@@ -51,6 +55,9 @@ def test_a_point_that_raises_or_kills_its_worker_is_one_recorded_failure():
     serial = dict(executors.Serial().map(planted, [3, 4], None, done.append, lambda p: 1))
     assert serial[3].reason == out[3].reason and isinstance(serial[3].error, ValueError) and serial[4] == 16 + \
         torch.get_num_threads()
+    before = torch.get_num_threads()
+    assert dict(executors.Serial(1).map(planted, [4], None, done.append, lambda p: 1))[4] == 17  # 1 thread inside
+    assert torch.get_num_threads() == before  # and the process's own count after
 
 
 @pytest.mark.parametrize("flags, words", [

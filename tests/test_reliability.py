@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import signal
 import subprocess
 import sys
 import time
@@ -467,27 +468,35 @@ def test_a_cgroup_memory_limit_binds_the_estimate(tmp_path, monkeypatch, limit, 
     assert "cgroup" not in memory.available()[1]
 
 
-def test_a_superglue_run_by_folds_killed_by_sigkill_resumes_to_the_fresh_runs_csv(tmp_path):
-    """kill -9 a superglue run scored by 2 folds (plus the official split) on 2 local workers once six runs are
-    saved, resume it on 2 workers: results.csv and predictions.csv equal a fresh serial run's, row for row (but for
-    the timings), the tables are written, and no worker outlives the killed driver."""
-    from test_superglue import recipe, write_superglue
-
-    methods = [{"method": "fft", "lrs": [0.0001]}, {"method": "ntk", "lrs": [0.001, 0.01]}]
-    path = recipe(tmp_path, write_superglue(tmp_path / "sg"), data={"folds": {"cb": 2}}, seeds=[0], methods=methods)
-    killed = tmp_path / "killed" / "superglue" / "sg" / "results.csv"
+def _stopped(path, out: Path, results: Path, rows: int, stop) -> None:
+    """Start a superglue run on 2 local workers, `stop` its driver (a signal) once results.csv holds more than `rows`
+    rows; it must have been mid-run, and none of its workers may outlive it."""
     child = subprocess.Popen([sys.executable, "-c", "from ntkcli.cli import app; app()", "superglue", str(path),
-                              "--out", str(tmp_path / "killed"), "--workers", "2"],
-                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+                              "--out", str(out), "--workers", "2"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     for _ in range(3000):
-        if (killed.exists() and len(killed.read_text().splitlines()) > 6) or child.poll() is not None:
+        if (results.exists() and len(results.read_text().splitlines()) > rows) or child.poll() is not None:
             break
         time.sleep(0.1)
     workers = _children(child.pid)
-    child.kill()
-    child.wait()
-    assert killed.exists() and not (killed.parent / "run.json").exists(), "the run ended before it was killed"
+    child.send_signal(stop)
+    child.wait(timeout=120)
+    assert results.exists() and not (results.parent / "run.json").exists(), "the run ended before it was stopped"
     assert workers and _gone(workers), "a worker outlived its driver"
+
+
+def test_a_superglue_run_on_workers_stopped_by_ctrl_c_then_sigkill_resumes_to_the_fresh_runs_csv(tmp_path):
+    """A superglue run scored by 2 folds (plus the official split) on 2 local workers: Ctrl-C (SIGINT) once six runs
+    are saved, resumed and killed with kill -9 once ten are, then resumed to the end on 2 workers: results.csv and
+    predictions.csv equal a fresh serial run's row for row (the timings aside; every point at 1 thread), the tables
+    are written, and no worker outlives its driver either time."""
+    from test_superglue import recipe, write_superglue
+
+    methods = [{"method": "fft", "lrs": [0.0001]}, {"method": "ntk", "lrs": [0.001, 0.01]}]
+    path = recipe(tmp_path, write_superglue(tmp_path / "sg"), data={"folds": {"cb": 2}}, seeds=[0], methods=methods,
+                  threads=1)
+    killed = tmp_path / "killed" / "superglue" / "sg" / "results.csv"
+    _stopped(path, tmp_path / "killed", killed, 6, signal.SIGINT)
+    _stopped(path, tmp_path / "killed", killed, 10, signal.SIGKILL)
     assert invoke("superglue", path, "--out", tmp_path / "killed", "--workers", "2").exit_code == 0
     assert invoke("superglue", path, "--out", tmp_path / "fresh").exit_code == 0
     timings = ["train_seconds", "examples_per_s", "peak_mem_mb"]
