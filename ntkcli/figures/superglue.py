@@ -1,4 +1,5 @@
-"""Table 2 at small scale as a figure: accuracy against trainable parameters per task, the Pareto front marked."""
+"""Table 2 at small scale as a figure: accuracy against each cost (trainable parameters, training time) per task,
+the Pareto front marked."""
 
 from __future__ import annotations
 
@@ -8,36 +9,47 @@ import pandas as pd
 from . import pyplot
 
 
-def front(points: pd.DataFrame) -> pd.DataFrame:
-    """The Pareto front: the methods no other beats with as few trainable parameters or fewer."""
-    ordered = points.sort_values(["trainable_params", "accuracy_mean"], ascending=[True, False])
+COSTS = {"trainable_params": "trainable parameters", "train_seconds": "training seconds per run"}
+
+
+def front(points: pd.DataFrame, cost: str = "trainable_params") -> pd.DataFrame:
+    """The Pareto front: the methods no other beats at the same cost or less."""
+    ordered = points.sort_values([cost, "accuracy_mean"], ascending=[True, False])
     return ordered[ordered.accuracy_mean > ordered.accuracy_mean.cummax().shift(fill_value=-1.0)]
 
 
 def pareto(summary: pd.DataFrame, signal: set[str] | None = None):
-    """One panel per task: each method's accuracy (mean ± std over seeds) at its trainable parameters (log axis);
-    the majority-class control as a horizontal line; a task without signal says so in its title."""
+    """A panel per task and cost: each method's accuracy (mean ± std over runs) at its trainable parameters (top)
+    and its training time (bottom), log axes; the majority-class control as a horizontal line; a task too small to
+    tell says so in its title."""
     plt = pyplot()
     tasks = list(dict.fromkeys(summary.task))
-    fig, axes = plt.subplots(1, len(tasks), figsize=(4.6 * len(tasks), 4.2), squeeze=False)
+    costs = [c for c in COSTS if c in summary and summary[c].notna().any()]
+    fig, axes = plt.subplots(len(costs), len(tasks), figsize=(4.6 * len(tasks), 4.2 * len(costs)), squeeze=False)
     colors = {m: f"C{i % 10}" for i, m in enumerate(dict.fromkeys(summary.method))}
-    for ax, task in zip(axes[0], tasks):
-        rows = summary[summary.task == task]
-        control = rows[rows.trainable_params == 0]
-        rows = rows[rows.trainable_params > 0]
-        for r in control.itertuples():
-            ax.axhline(100 * r.accuracy_mean, color="grey", ls=":", lw=1.2, label=f"{r.method} class")
-        for r in rows.itertuples():
-            ax.errorbar(r.trainable_params, 100 * r.accuracy_mean, yerr=100 * np.nan_to_num(r.accuracy_std),
-                        fmt="o", capsize=3, color=colors[r.method], label=r.method)
-        best = front(rows)
-        ax.plot(best.trainable_params, 100 * best.accuracy_mean, "k--", lw=1, drawstyle="steps-post", label="Pareto front")
-        ax.scatter(best.trainable_params, 100 * best.accuracy_mean, s=160, facecolors="none", edgecolors="k")
-        ax.set_xscale("log")
-        quiet = signal is not None and task not in signal
-        ax.set(title=f"{task} (no signal at this scale)" if quiet else task, xlabel="trainable parameters", ylabel="accuracy % (evaluation split)")
-        ax.grid(True, alpha=0.25)
+    for row, cost in enumerate(costs):
+        for ax, task in zip(axes[row], tasks):
+            _panel(ax, summary[summary.task == task], cost, colors, signal is not None and task not in signal)
     handles, labels = axes[0][0].get_legend_handles_labels()
     fig.legend(handles, labels, loc="lower center", ncol=min(len(labels), 6), fontsize=8, frameon=False)
-    fig.tight_layout(rect=(0, 0.12, 1, 1))
+    fig.tight_layout(rect=(0, 0.12 / len(costs), 1, 1))
     return fig
+
+
+def _panel(ax, rows: pd.DataFrame, cost: str, colors: dict, quiet: bool) -> None:
+    """One task's methods at one cost, the front marked."""
+    task = rows.task.iloc[0]
+    control = rows[rows.trainable_params == 0]
+    rows = rows[rows.trainable_params > 0]
+    for r in control.itertuples():
+        ax.axhline(100 * r.accuracy_mean, color="grey", ls=":", lw=1.2, label=f"{r.method} class")
+    for r in rows.itertuples():
+        ax.errorbar(getattr(r, cost), 100 * r.accuracy_mean, yerr=100 * np.nan_to_num(r.accuracy_std),
+                    fmt="o", capsize=3, color=colors[r.method], label=r.method)
+    best = front(rows, cost)
+    ax.plot(best[cost], 100 * best.accuracy_mean, "k--", lw=1, drawstyle="steps-post", label="Pareto front")
+    ax.scatter(best[cost], 100 * best.accuracy_mean, s=160, facecolors="none", edgecolors="k")
+    ax.set_xscale("log")
+    ax.set(title=f"{task} (too small to tell)" if quiet else task, xlabel=COSTS[cost],
+           ylabel="accuracy % (evaluation split)")
+    ax.grid(True, alpha=0.25)

@@ -10,7 +10,9 @@ and fine-tunes that checkpoint (cached in the run folder).
 from __future__ import annotations
 
 import math
+import os
 import shutil
+import tempfile
 import warnings
 from dataclasses import dataclass
 from pathlib import Path
@@ -191,6 +193,17 @@ def calibration_batch(train_ds, collator, seed: int, device: torch.device) -> di
     return {k: v.to(device) for k, v in batch.items() if k not in ("labels", "label")}
 
 
+def adapter_bytes(model) -> int:
+    """What a user keeps of a trained method, on disk: its trainable tensors written as safetensors (for full
+    fine-tuning, the whole model)."""
+    from safetensors.torch import save_file
+
+    tensors = {n: p.detach().cpu().contiguous().clone() for n, p in model.named_parameters() if p.requires_grad}
+    with tempfile.TemporaryDirectory(prefix="ntk-adapter-") as scratch:
+        save_file(tensors, f"{scratch}/adapter.safetensors")
+        return os.path.getsize(f"{scratch}/adapter.safetensors")
+
+
 def train_method(cfg, spec, seed: int, lr: float, inputs: Inputs, advance, *, num_labels: int, image: bool = False,
                  source: str | None = None, per_epoch: bool = True, epochs: int | None = None) -> Trained:
     """One method (`spec`) with one seed at step `lr` on a recipe's model and train settings (`cfg.model`,
@@ -218,7 +231,8 @@ def train_method(cfg, spec, seed: int, lr: float, inputs: Inputs, advance, *, nu
         raise MethodFailed(f"method {method_label(spec)}, seed {seed}: {err}; nothing recorded for this run") from None
     label = dict(method=method_label(spec), kind=spec.method, seed=seed)
     trained.rows = pd.DataFrame(trained.rows).assign(**label, lr=lr, trainable_params=injected.trainable,
-                                                      total_params=injected.total)
+                                                      total_params=injected.total,
+                                                      adapter_bytes=adapter_bytes(injected.model))
     trained.probes = pd.DataFrame(trained.probes, columns=SHARE_COLUMNS[3:]).assign(**label)[SHARE_COLUMNS]
     return trained
 

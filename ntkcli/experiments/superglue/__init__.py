@@ -1,14 +1,16 @@
 """Paper 1, Table 2 at small scale on real SuperGLUE: every method's learning rate chosen fairly, several seeds,
 and the task with few rows (CB) scored by k-fold cross-validation as well.
 
-A task is scored on one or more folds: the official split (train → validation, fold "val", every seed) and, with
-data.folds, k folds over train ∪ validation (fold "cv<i>", the first seed). In every fold, each (method, grid
-point) trains on the fold's train minus a held-out share and is scored on that share (the selection split); the
-best point is chosen there, and a point at its grid's edge grows the grid. Then every seed trains on the fold's
-whole train at the chosen point and at the paper's (train.lr for every PEFT method) and is scored on the fold's
-evaluation rows. results.csv has one row per (stage, task, fold, method, variant, lr, seed); predictions.csv every
-run's predictions (the selection split's too: the report's floor and comparability read them); points.csv the
-chosen and the paper's point per (task, fold, method); summary.csv the scores per (evaluation, view, task,
+A task is scored on one or more folds: the official split (train → validation, fold "val") and, with data.folds,
+k folds over train ∪ validation (fold "cv<i>"), every seed in each. In every fold, each (method, grid point)
+trains on the fold's train minus a held-out share and is scored on that share (the selection split); the point
+with the best mean log-likelihood of the true labels there is chosen (ties by a rule that favours neither end of
+the grid), and a point at its grid's edge grows the grid. Then every seed trains on the fold's whole train at the
+chosen point, and at the paper's (train.lr for every PEFT method, with the paper's budget when `paper` gives one),
+and is scored on the fold's evaluation rows; the A/A control retrains the chosen points with other seeds.
+results.csv has one row per (stage, task, fold, method, variant, lr, seed); predictions.csv every run's
+predictions (the selection split's too: the report's floor and comparability read them); points.csv the chosen
+and the paper's point per (task, fold, method), with the ties; summary.csv the scores per (evaluation, view, task,
 method), where evaluation "val" is the official split and "cv" the k folds pooled.
 """
 
@@ -23,11 +25,11 @@ import pandas as pd
 from ...errors import UserError
 from ...executors import Failed
 from ...models import load_tokenizer, model_config
-from ...runs import Results, Run, is_main_process, resolve_device
+from ...runs import Results, Run, is_main_process, resolve_device, seed_for
 from ..finetune import Inputs, checks, optimizer_steps, quiet, train_method
 from ..finetune.data import tokenize
 from . import tasks
-from .claims import COMMAND, TITLE, assess, headline, report, sections  # noqa: F401 — the experiment contract
+from .claims import COMMAND, TITLE, Design, assess, headline, report, sections  # noqa: F401 — the experiment contract
 from ..finetune.protocol import MethodFailed
 from .recipe import CONTROL, SuperGlueRecipe, TunedMethod, variant_name
 
@@ -42,7 +44,7 @@ POINTS = True  # a training run per (stage, task, fold, method, step, seed)
 SCALE = ("seeds", "train")
 KEYS = ["stage", "task", "fold", "method", "variant", "lr", "seed"]
 METRICS = ["accuracy", "f1_macro", "f1a", "em"]
-RESUMABLE = ("methods", "seeds", "data.tasks")
+RESUMABLE = ("methods", "seeds", "data.tasks", "data.folds", "paper.run", "selection.aa_seeds", "selection.aa_methods")
 FILES = ("results.csv", "predictions.csv", "points.csv", "summary.csv", "claims.csv", "table2.png")
 RECIPE = SuperGlueRecipe
 VIEWS = ("chosen", "paper")  # the step chosen on held-out train; the paper's one step for every PEFT method
@@ -141,7 +143,7 @@ def _task(cfg: SuperGlueRecipe, name: str, tokenizer) -> TaskData:
     folds = {OFFICIAL: _fold(cfg, pool, ids[:len(train)], ids[len(train):], list(cfg.seeds))}
     k = cfg.data.folds.get(name)
     for i, held in enumerate(tasks.folds(pool.labels, pool.groups, k, cfg.seed) if k else []):
-        folds[f"cv{i}"] = _fold(cfg, pool, np.setdiff1d(ids, held), held, list(cfg.seeds[:1]))
+        folds[f"cv{i}"] = _fold(cfg, pool, np.setdiff1d(ids, held), held, list(cfg.seeds))
     return TaskData(folds, {"train": len(train), "eval": len(evaluation), "carved": carved, "folds": k or 0,
                             "rows": len(both)})
 
@@ -176,79 +178,123 @@ def paper_point(cfg: SuperGlueRecipe, method: TunedMethod) -> tuple[str, float]:
     return variant_name(method.variants[0]), cfg.train.fft_lr if method.spec.method == "fft" else cfg.train.lr
 
 
-def _grown(lrs: list[float], score, grow: int) -> list[float]:
+TIE = 1e-9  # selection scores this close are tied
+
+
+def best(points: list, score, lr, coin: int) -> tuple[object, list]:
+    """The point with the highest selection score, and the points tied with it (empty without a tie). A tie goes to
+    the tied point nearest the tied steps' middle in log-step; two equally near, to `coin` (a seed of the task,
+    fold and method): neither end of the grid is favoured."""
+    scores = {p: score(p) for p in points}
+    top = max(scores.values())
+    tied = [p for p in points if scores[p] >= top - TIE]
+    if len(tied) == 1:
+        return tied[0], []
+    logs = {p: np.log(lr(p)) for p in tied}
+    middle = (min(logs.values()) + max(logs.values())) / 2
+    near = min(abs(v - middle) for v in logs.values())
+    nearest = [p for p in tied if abs(logs[p] - middle) <= near + TIE]
+    return nearest[coin % len(nearest)], tied
+
+
+def _grown(lrs: list[float], score, grow: int, coin: int = 0) -> list[float]:
     """A variant's step grid, grown past an edge while its best measured step sits there: one point at a time, at
     the grid's own ratio, at most `grow` per edge. Stops where a point is not measured yet. `score(lr)` is the
-    held-out accuracy (None: not measured; -1: the run failed)."""
+    selection score (None: not measured; -inf: the run failed)."""
     lrs, low, high = list(lrs), 0, 0
     while len(lrs) > 1 and all(score(lr) is not None for lr in lrs):
-        best = max(lrs, key=lambda lr: (score(lr), -lrs.index(lr)))
-        if best == lrs[0] and low < grow:
+        top = best(lrs, score, float, coin)[0]
+        if top == lrs[0] and low < grow:
             lrs, low = [float(f"{lrs[0] ** 2 / lrs[1]:.3g}"), *lrs], low + 1
-        elif best == lrs[-1] and high < grow:
+        elif top == lrs[-1] and high < grow:
             lrs, high = [*lrs, float(f"{lrs[-1] ** 2 / lrs[-2]:.3g}")], high + 1
         else:
             break
     return lrs
 
 
-def _scorer(selected: pd.DataFrame, task: str, fold: str, label: str):
-    """(variant, lr) → held-out accuracy of one (task, fold, method)'s selection runs (None: not run; -1: failed)."""
+def _scorer(selected: pd.DataFrame, task: str, fold: str, label: str, column: str = "loglik"):
+    """(variant, lr) → the selection split's mean log-likelihood (or `column`) of one (task, fold, method)'s
+    selection runs (None: not run; -inf: failed)."""
     rows = selected[(selected.stage == "select") & (selected.task == task) & (selected.fold == fold) &
                     (selected.method == label)]
-    table = {(r.variant, float(r.lr)): (-1.0 if np.isnan(r.accuracy) else r.accuracy) for r in rows.itertuples()}
+    if len(rows) and column not in rows:
+        raise UserError("this run folder's selection runs were scored by accuracy alone (before steps were chosen by "
+                        "log-likelihood): rerun with --fresh, or with another --out")
+    table = {(r.variant, float(r.lr)): (-np.inf if np.isnan(getattr(r, column)) else getattr(r, column))
+             for r in rows.itertuples()}
     return lambda variant, lr: table.get((variant, lr))
 
 
-def candidates(cfg: SuperGlueRecipe, method: TunedMethod, score) -> list[tuple[str, float]]:
+def coin(cfg: SuperGlueRecipe, task: str, fold: str, label: str) -> int:
+    """The tie-break's seed of one (task, fold, method)."""
+    return seed_for(cfg.seed, "tie", task, fold, label)
+
+
+def candidates(cfg: SuperGlueRecipe, method: TunedMethod, score, tie: int = 0) -> list[tuple[str, float]]:
     """A method's (variant, lr) grid points, each variant's grid grown past an edge where its best step sits."""
     out = []
     for variant in map(variant_name, method.variants):
         out += [(variant, lr) for lr in _grown(cfg.lrs(method), lambda lr, v=variant: score(v, lr),
-                                              cfg.selection.grow)]
+                                              cfg.selection.grow, tie)]
     return out
+
+
+def views(cfg: SuperGlueRecipe) -> tuple[str, ...]:
+    return VIEWS if cfg.paper.run else VIEWS[:1]
 
 
 def selection_points(cfg: SuperGlueRecipe, prep: Prepared, selected: pd.DataFrame) -> list[tuple]:
     """Every selection run known so far: per task, fold and method, its (grown) grid and the paper's point (whose
-    held-out score decides whether the method learned at that step), with the fold's first seed; and the majority
+    selection score decides whether the method learned at that step), with the fold's first seed; and the majority
     control. A grown point appears once the points before it are measured."""
-    points = []
+    points, design = [], Design.of(cfg.model_dump())
     for task, data in prep.tasks.items():
         for fold, f in data.folds.items():
             points.append(("select", task, fold, CONTROL, "default", 0.0, f.seeds[0]))
             for m in cfg.methods:
-                grid = candidates(cfg, m, _scorer(selected, task, fold, m.label))
-                points += [("select", task, fold, m.label, *p, f.seeds[0])
-                           for p in dict.fromkeys([*grid, paper_point(cfg, m)])]
+                grid = candidates(cfg, m, _scorer(selected, task, fold, m.label), coin(cfg, task, fold, m.label))
+                paper = [(design.stage("paper", "select", m.label), *paper_point(cfg, m))] if cfg.paper.run else []
+                points += [(s, task, fold, m.label, v, lr, f.seeds[0])
+                           for s, v, lr in dict.fromkeys([*(("select", *p) for p in grid), *paper])]
     return points
 
 
 def choose(cfg: SuperGlueRecipe, prep: Prepared, selected: pd.DataFrame) -> pd.DataFrame:
     """The chosen and the paper's point per (task, fold, method): the chosen one is the grid point with the best
-    held-out accuracy (the first in grid order on a tie), `edge` when it sits at its variant's grid edge even after
-    growing. Reads only the selection runs."""
+    mean log-likelihood on the selection split (its accuracy beside it; a tie broken by `best`, the tied steps in
+    `ties`), `edge` when it sits at its variant's grid edge even after growing. Reads only the selection runs."""
     out = []
     for task, data in prep.tasks.items():
         for fold in data.folds:
             out += [{"view": view, "task": task, "fold": fold, "method": CONTROL, "variant": "default", "lr": 0.0,
-                     "edge": False} for view in VIEWS]
+                     "edge": False, "ties": ""} for view in views(cfg)]
             for m in cfg.methods:
-                score = _scorer(selected, task, fold, m.label)
-                grid = candidates(cfg, m, score)
-                best = max(grid, key=lambda p: (score(*p) if score(*p) is not None else -2.0, -grid.index(p)))
-                lrs = [lr for v, lr in grid if v == best[0]]
-                out.append({"view": "chosen", "task": task, "fold": fold, "method": m.label, "variant": best[0],
-                            "lr": best[1], "edge": len(lrs) > 1 and best[1] in (lrs[0], lrs[-1])})
-                out.append({"view": "paper", "task": task, "fold": fold, "method": m.label,
-                            **dict(zip(("variant", "lr"), paper_point(cfg, m))), "edge": False})
+                score, tie = _scorer(selected, task, fold, m.label), coin(cfg, task, fold, m.label)
+                grid = candidates(cfg, m, score, tie)
+                point, tied = best(grid, lambda p: score(*p) if score(*p) is not None else -np.inf,
+                                   lambda p: p[1], tie)
+                lrs = [lr for v, lr in grid if v == point[0]]
+                accuracy = _scorer(selected, task, fold, m.label, "accuracy")
+                out.append({"view": "chosen", "task": task, "fold": fold, "method": m.label, "variant": point[0],
+                            "lr": point[1], "edge": len(lrs) > 1 and point[1] in (lrs[0], lrs[-1]),
+                            "loglik": score(*point), "select_accuracy": accuracy(*point),
+                            "ties": "; ".join(f"{lr:g}" + (f" ({v})" if v != "default" else "") for v, lr in tied)})
+                if cfg.paper.run:
+                    out.append({"view": "paper", "task": task, "fold": fold, "method": m.label,
+                                **dict(zip(("variant", "lr"), paper_point(cfg, m))), "edge": False, "ties": ""})
     return pd.DataFrame(out)
 
 
-def final_points(prep: Prepared, points: pd.DataFrame) -> list[tuple]:
-    """Every seed of its fold at every view's point, each point once."""
-    out = [("final", r.task, r.fold, r.method, r.variant, r.lr, seed) for r in points.itertuples()
-           for seed in prep.tasks[r.task].folds[r.fold].seeds]
+def final_points(cfg: SuperGlueRecipe, points: pd.DataFrame) -> list[tuple]:
+    """Each view's seeds at its point, and the A/A control's seeds at the chosen points of its methods; each run
+    once."""
+    design = Design.of(cfg.model_dump())
+    out = [(design.stage(r.view, "final", r.method), r.task, r.fold, r.method, r.variant, r.lr, seed)
+           for r in points.itertuples() for seed in design.view_seeds(r.view, "final")]
+    aa = points[(points.view == "chosen") & points.method.isin(cfg.aa_labels())]
+    out += [("final", r.task, r.fold, r.method, r.variant, r.lr, seed) for r in aa.itertuples()
+            for seed in cfg.selection.aa_seeds]
     return list(dict.fromkeys(out))
 
 
@@ -256,14 +302,20 @@ def plan(cfg: SuperGlueRecipe) -> list[tuple[str, str]]:
     """What a run trains, before any selection run: the grids, then the final seeds (at most two points per
     (task, fold, method)); a grid that grows adds selection runs."""
     folds = {t: 1 + cfg.data.folds.get(t, 0) for t in cfg.data.tasks}
-    grid = sum(len({*((variant_name(v), lr) for v in m.variants for lr in cfg.lrs(m)), paper_point(cfg, m)})
-               for m in cfg.methods)
-    seeds = sum(len(cfg.seeds) + cfg.data.folds.get(t, 0) for t in cfg.data.tasks)
+    paper = [("paper-" if cfg.paper.own else "", paper_point(cfg, m)) for m in cfg.methods] if cfg.paper.run else []
+    grid = len({*(("", m.label, variant_name(v), lr) for m in cfg.methods for v in m.variants for lr in cfg.lrs(m)),
+                *((s, m.label, *p) for m, (s, p) in zip(cfg.methods, paper))})
+    design = Design.of(cfg.model_dump())
+    seeds = sum(len(design.view_seeds(v, "final")) for v in views(cfg)) * len(cfg.methods) + \
+        len(cfg.selection.aa_seeds) * len(cfg.aa_labels())
+    epochs, batch = cfg.budget("paper-final", cfg.data.tasks[0])
     return [("tasks", ", ".join(f"{t} ({folds[t] - 1} folds + val)" if folds[t] > 1 else t for t in cfg.data.tasks)),
             ("methods", ", ".join(m.label for m in cfg.methods)),
             ("selection runs (grid points × folds)", str(grid * sum(folds.values()))),
-            ("final runs (at most)", str(len(cfg.methods) * len(VIEWS) * seeds)),
+            ("final runs (at most: views' seeds + the A/A control's, × folds)", str(seeds * sum(folds.values()))),
             ("epochs per run", ", ".join(f"{t} {cfg.epochs(t)}" for t in cfg.data.tasks)),
+            ("the paper's step", "not run" if not cfg.paper.run else
+             f"{epochs} epochs at batch {batch}" if cfg.paper.own else "the chosen view's budget"),
             ("tokens per text field", ", ".join(f"{t} {cfg.data.length(t)}" for t in cfg.data.tasks)),
             ("non-inferiority margin", f"{cfg.selection.margin:g} points"),
             ("model", cfg.model.name_or_path or "from config"),
@@ -274,34 +326,41 @@ def _splits(prep: Prepared, stage: str, task: str, fold: str) -> tuple[Split, Sp
     """(trained on, scored on): a selection run's fit and held-out parts of the fold's train, or a final run's train
     and evaluation rows."""
     f = prep.tasks[task].folds[fold]
-    return (f.fit, f.held) if stage == "select" else (f.train, f.eval)
+    return (f.fit, f.held) if stage.endswith("select") else (f.train, f.eval)
 
 
-def _majority(train: Split, scored: Split) -> tuple[np.ndarray, dict]:
-    """The control: the train split's most frequent label predicted for every scored row; nothing trained."""
-    predicted = np.full(len(scored.labels), np.bincount(train.labels).argmax())
-    return predicted, {"kind": CONTROL, "train_loss": np.nan, "train_seconds": 0.0, "examples_per_s": np.nan,
-                       "peak_mem_mb": 0.0, "trainable_params": 0, "total_params": 0}
+def _majority(train: Split, scored: Split, classes: int) -> tuple[np.ndarray, dict]:
+    """The control: the train split's label frequencies as every scored row's probabilities (so it predicts the most
+    frequent label); nothing trained."""
+    counts = np.bincount(train.labels, minlength=classes) + 1.0  # add-one: no label has probability 0
+    return np.tile(np.log(counts / counts.sum()), (len(scored.labels), 1)), {
+        "kind": CONTROL, "train_loss": np.nan, "train_seconds": 0.0, "examples_per_s": np.nan, "peak_mem_mb": 0.0,
+        "trainable_params": 0, "total_params": 0, "adapter_bytes": 0}
 
 
 def _trained(cfg: SuperGlueRecipe, prep: Prepared, point: tuple, train: Split, scored: Split,
              advance) -> tuple[np.ndarray | None, dict]:
-    """One method trained at one grid point: its predictions on the scored split and its run's numbers; a run that
-    fails (a non-finite loss) gives no predictions and says why in `failed`."""
+    """One method trained at one grid point with its stage's budget: each scored row's log-probabilities and the
+    run's numbers; a run that fails (a non-finite loss) gives none and says why in `failed`."""
     stage, task, fold, label, variant, lr, seed = point
     method = _method(cfg, label)
     spec = method.candidates()[[variant_name(v) for v in method.variants].index(variant)]
     inputs = Inputs(prep.device, train.rows, scored.rows, prep.collator)
+    epochs, batch = cfg.budget(stage, task)
+    budget = cfg.model_copy(update={"train": cfg.train.model_copy(update={"batch_size": batch})})
     try:
-        trained = train_method(cfg, spec, seed, lr, inputs, advance, num_labels=len(tasks.TASKS[task].labels),
-                               per_epoch=False, epochs=cfg.epochs(task))
+        trained = train_method(budget, spec, seed, lr, inputs, advance, num_labels=len(tasks.TASKS[task].labels),
+                               per_epoch=False, epochs=epochs)
     except MethodFailed as err:
         return None, {"kind": method.kind, "failed": str(err)}
     last = trained.rows.iloc[-1]
-    return np.argmax(trained.evaluation.logits, axis=-1), {
+    logits = np.asarray(trained.evaluation.logits, dtype=np.float64)
+    top = logits.max(-1, keepdims=True)
+    return logits - top - np.log(np.exp(logits - top).sum(-1, keepdims=True)), {  # log-softmax
         "kind": method.kind, "train_loss": last.train_loss, "train_seconds": last.train_seconds,
-        "examples_per_s": len(train.labels) * cfg.epochs(task) / last.train_seconds, "peak_mem_mb": last.peak_mem_mb,
-        "trainable_params": last.trainable_params, "total_params": last.total_params}
+        "examples_per_s": len(train.labels) * epochs / last.train_seconds, "peak_mem_mb": last.peak_mem_mb,
+        "trainable_params": last.trainable_params, "total_params": last.total_params,
+        "adapter_bytes": last.adapter_bytes}
 
 
 def _fit(shared: tuple[SuperGlueRecipe, Prepared], point: tuple, advance) -> tuple[dict, pd.DataFrame | None]:
@@ -310,21 +369,23 @@ def _fit(shared: tuple[SuperGlueRecipe, Prepared], point: tuple, advance) -> tup
     cfg, prep = shared
     stage, task, fold, label = point[:4]
     train, scored = _splits(prep, stage, task, fold)
-    predicted, numbers = _majority(train, scored) if label == CONTROL else \
+    logp, numbers = _majority(train, scored, len(tasks.TASKS[task].labels)) if label == CONTROL else \
         _trained(cfg, prep, point, train, scored, advance)
-    row = _row(prep, point) | numbers
-    if predicted is None:
+    row = _row(cfg, prep, point) | numbers
+    if logp is None:
         return row, None
-    row |= tasks.metrics(task, scored.labels, predicted, scored.groups)
+    predicted, loglik = np.argmax(logp, axis=-1), logp[np.arange(len(scored.labels)), scored.labels]
+    row |= tasks.metrics(task, scored.labels, predicted, scored.groups) | {"loglik": float(loglik.mean())}
     return row, pd.DataFrame({**dict(zip(KEYS, point)), "row": scored.index, "group": scored.groups,
-                              "label": scored.labels, "prediction": predicted})
+                              "label": scored.labels, "prediction": predicted, "loglik": loglik})
 
 
-def _row(prep: Prepared, point: tuple) -> dict:
-    """A run's results row before its numbers: its keys, no metrics, not failed, the split sizes."""
+def _row(cfg: SuperGlueRecipe, prep: Prepared, point: tuple) -> dict:
+    """A run's results row before its numbers: its keys, no metrics, not failed, the split sizes, its budget."""
     train, scored = _splits(prep, *point[:3])
-    return dict(zip(KEYS, point)) | {m: np.nan for m in METRICS} | {"failed": ""} | {
-        "train_rows": len(train.labels), "scored_rows": len(scored.labels)}
+    epochs, batch = (0, 0) if point[3] == CONTROL else cfg.budget(*point[:2])
+    return dict(zip(KEYS, point)) | {m: np.nan for m in METRICS} | {"loglik": np.nan, "failed": ""} | {
+        "train_rows": len(train.labels), "scored_rows": len(scored.labels), "epochs": epochs, "batch_size": batch}
 
 
 def _train_all(cfg: SuperGlueRecipe, prep: Prepared, folder: Run, results: Results, predictions: Results,
@@ -334,11 +395,11 @@ def _train_all(cfg: SuperGlueRecipe, prep: Prepared, folder: Run, results: Resul
     todo = results.todo(points)
 
     def steps(p: tuple) -> int:
-        return 0 if p[3] == CONTROL else \
-            optimizer_steps(len(_splits(prep, *p[:3])[0].labels), cfg.train.batch_size, cfg.epochs(p[1]))
+        epochs, batch = cfg.budget(p[0], p[1])
+        return 0 if p[3] == CONTROL else optimizer_steps(len(_splits(prep, *p[:3])[0].labels), batch, epochs)
 
     for point, outcome in folder.measure(f"{what}: {len(todo)} runs", _fit, todo, (cfg, prep), steps):
-        row, predicted = (_row(prep, point) | {"kind": _kind(cfg, point[3]), "failed": outcome.reason}, None) \
+        row, predicted = (_row(cfg, prep, point) | {"kind": _kind(cfg, point[3]), "failed": outcome.reason}, None) \
             if isinstance(outcome, Failed) else outcome
         if predicted is not None:
             predictions.add(predicted)
@@ -374,16 +435,25 @@ def _picked(frame: pd.DataFrame, points: pd.DataFrame) -> pd.DataFrame:
     return frame.merge(points[keys].drop_duplicates(), on=keys)
 
 
-def summarize(prep: Prepared, finals: pd.DataFrame, predictions: pd.DataFrame, points: pd.DataFrame) -> pd.DataFrame:
+def _view(frame: pd.DataFrame, design: Design, view: str, method: str) -> pd.DataFrame:
+    """The final rows (results or predictions) of one view's runs of a method: its stage, its seeds (not the A/A
+    control's)."""
+    return frame[(frame.stage == design.stage(view, "final", method)) &
+                 frame.seed.isin(design.view_seeds(view, "final"))]
+
+
+def summarize(cfg: SuperGlueRecipe, prep: Prepared, finals: pd.DataFrame, predictions: pd.DataFrame,
+              points: pd.DataFrame) -> pd.DataFrame:
     """Per evaluation ("val", or "cv": the folds pooled), view, task and method: the point (the most frequent one
-    over the folds, every fold's in `steps`), the scores, the number of runs and of failed runs, parameters and
-    speed."""
-    out = []
+    over the folds, every fold's in `steps`), the scores, the number of runs and of failed runs, and the costs
+    (parameters, adapter size, training time, peak memory, speed)."""
+    out, design = [], Design.of(cfg.model_dump())
     for task, data in prep.tasks.items():
         for evaluation, folds in evaluations(data).items():
             for (view, method), chosen in points[(points.task == task) & points.fold.isin(folds)].groupby(
                     ["view", "method"], sort=False):
-                runs, picked = _picked(finals, chosen), _picked(predictions[predictions.stage == "final"], chosen)
+                runs = _picked(_view(finals, design, view, method), chosen)
+                picked = _picked(_view(predictions, design, view, method), chosen)
                 step = chosen.groupby(["variant", "lr"]).size().sort_values(ascending=False, kind="stable")
                 out.append({"evaluation": evaluation, "view": view, "task": task, "method": method,
                             "kind": runs.kind.iloc[0] if len(runs) else CONTROL,
@@ -394,6 +464,8 @@ def summarize(prep: Prepared, finals: pd.DataFrame, predictions: pd.DataFrame, p
                             "runs": len(runs), "failed": int(runs.failed.astype("string").fillna("").ne("").sum()),
                             "scored_rows": picked.drop_duplicates(["fold", "row"]).shape[0],
                             "trainable_params": runs.trainable_params.max(), "total_params": runs.total_params.max(),
+                            "adapter_bytes": runs.adapter_bytes.max(), "train_seconds": runs.train_seconds.mean(),
+                            "peak_mem_mb": runs.peak_mem_mb.max(), "train_loss": runs.train_loss.mean(),
                             "examples_per_s": runs.examples_per_s.mean()})
     return pd.DataFrame(out)
 
@@ -404,10 +476,10 @@ def run(cfg: SuperGlueRecipe, folder: Run, prep: Prepared) -> dict[str, pd.DataF
     predictions = Results(folder, KEYS, name="predictions.csv", write=is_main_process(), done=results.done,
                           ordered=True)
     points = _select(cfg, prep, folder, results, predictions)
-    finals = final_points(prep, points)
+    finals = final_points(cfg, points)
     _train_all(cfg, prep, folder, results, predictions, finals, "final seeds")
-    summary = summarize(prep, results.table(finals), predictions.table(), points)
-    assessed = assess(points, predictions.table(), summary, cfg.selection.bootstrap, cfg.seed, cfg.selection.margin)
+    summary = summarize(cfg, prep, results.table(finals), predictions.table(), points)
+    assessed = assess(points, predictions.table(), summary, Design.of(cfg.model_dump()))
     if is_main_process():
         from ...figures.superglue import pareto
 

@@ -33,8 +33,7 @@ class SuperGlueData(Section):
                               "share of its validation file held out for evaluation; the rest is train")
     folds: dict[TaskName, Annotated[int, Field(ge=2, le=1000)]] = Field(  # type: ignore[valid-type]
         {}, description="task → k: also score the task by stratified k-fold cross-validation over train ∪ "
-        "validation (each fold's step chosen inside its own training part; the first seed only), beside the "
-        "official split")
+        "validation (each fold's step chosen inside its own training part; every seed), beside the official split")
 
     def length(self, task: str) -> int:
         return self.max_lengths.get(task, self.max_length)
@@ -62,6 +61,29 @@ class Selection(Section):
     bootstrap: int = Field(2000, ge=100, le=100_000, description="bootstrap replicates of the paired intervals")
     margin: float = Field(2.0, ge=0, le=100, allow_inf_nan=False, description="non-inferiority margin δ in "
                           "accuracy points, fixed before the run: NTK-Attention ≥ LoRA − δ")
+    aa_seeds: list[Seed] = Field([], description="the A/A control: each A/A method's chosen point trained again "
+                                 "with these seeds (as many as `seeds`, none of them) and compared with itself by "
+                                 "the claims' rule; [] for none")
+    aa_methods: list[str] | None = Field(None, description="labels of the methods the A/A control retrains (null: "
+                                         "every method)")
+
+
+class PaperBudget(Section):
+    """The paper's-step view: the paper's one step (train.lr, train.fft_lr) with the paper's own budget
+    (Appendix K: 30 epochs at batch 32)."""
+
+    run: bool = Field(True, description="false: the view is not run, and its claims say so")
+    epochs: int | None = Field(None, ge=1, le=100_000, description="epochs of every paper-view run (null: the "
+                               "chosen view's, and the two views share their runs where the step is the same)")
+    batch_size: int | None = Field(None, ge=1, le=65536, description="batch of every paper-view run (null: "
+                                   "train.batch_size)")
+    seeds: int | None = Field(None, ge=1, le=1000, description="the paper-view runs use the first this-many seeds "
+                              "(null: all)")
+
+    @property
+    def own(self) -> bool:
+        """Whether the view trains with a budget of its own (so never shares a run with the chosen view)."""
+        return self.epochs is not None or self.batch_size is not None
 
 
 METHOD = TypeAdapter(MethodSpec)
@@ -116,6 +138,7 @@ class SuperGlueRecipe(Recipe):
     methods: list[TunedMethod] = Field(..., min_length=1)
     seeds: list[Seed] = Field([0, 1, 2], min_length=1)
     selection: Selection = Selection()
+    paper: PaperBudget = PaperBudget()
 
     def lrs(self, method: TunedMethod) -> list[float]:
         """A method's step grid, in increasing order."""
@@ -125,6 +148,18 @@ class SuperGlueRecipe(Recipe):
         """Training epochs of the task's runs."""
         return self.data.epochs.get(task, self.train.epochs)
 
+    def budget(self, stage: str, task: str) -> tuple[int, int]:
+        """(epochs, batch size) of a run at `stage`: the paper's budget for the paper view's own stages."""
+        if stage.startswith("paper"):
+            return self.paper.epochs or self.epochs(task), self.paper.batch_size or self.train.batch_size
+        return self.epochs(task), self.train.batch_size
+
+    def aa_labels(self) -> list[str]:
+        """The methods the A/A control retrains (none without aa_seeds)."""
+        if not self.selection.aa_seeds:
+            return []
+        return self.selection.aa_methods if self.selection.aa_methods is not None else [m.label for m in self.methods]
+
     @model_validator(mode="after")
     def _labels_differ(self) -> "SuperGlueRecipe":
         labels = [m.label for m in self.methods]
@@ -132,4 +167,12 @@ class SuperGlueRecipe(Recipe):
             raise ValueError(f"the label {CONTROL!r} is the majority-class control every table has; choose another")
         if len(set(labels)) != len(labels):
             raise ValueError(f"method labels must differ (got {labels}); set a label per method")
+        aa = self.selection.aa_seeds
+        if aa and (len(aa) != len(self.seeds) or set(aa) & set(self.seeds) or len(set(aa)) != len(aa)):
+            raise ValueError(f"selection.aa_seeds must be as many distinct seeds as seeds ({len(self.seeds)}), none of "
+                             f"them in seeds (got {aa})")
+        unknown = set(self.selection.aa_methods or []) - set(labels)
+        if unknown:
+            raise ValueError(f"selection.aa_methods names no method of this recipe: {sorted(unknown)} (the methods: "
+                             f"{labels})")
         return self
