@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 import pandas as pd
+from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter
 
 from . import pyplot
 
@@ -31,7 +32,8 @@ def pareto(summary: pd.DataFrame, signal: set[str] | None = None):
         for ax, task in zip(axes[row], tasks):
             _panel(ax, summary[summary.task == task], cost, colors, signal is not None and task not in signal)
     handles, labels = axes[0][0].get_legend_handles_labels()
-    fig.legend(handles, labels, loc="lower center", ncol=min(len(labels), 6), fontsize=8, frameon=False)
+    fig.legend(handles, labels, loc="lower center", ncol=min(len(labels), 3 * len(tasks), 6), fontsize=8,
+               frameon=False)
     fig.tight_layout(rect=(0, 0.12 / len(costs), 1, 1))
     return fig
 
@@ -50,6 +52,9 @@ def _panel(ax, rows: pd.DataFrame, cost: str, colors: dict, quiet: bool) -> None
     ax.plot(best[cost], 100 * best.accuracy_mean, "k--", lw=1, drawstyle="steps-post", label="Pareto front")
     ax.scatter(best[cost], 100 * best.accuracy_mean, s=160, facecolors="none", edgecolors="k")
     ax.set_xscale("log")
+    ax.xaxis.set_major_locator(LogLocator(subs=(1, 2, 5)))  # labels at 1-2-5, none at the minor ticks
+    ax.xaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:g}"))
+    ax.xaxis.set_minor_formatter(NullFormatter())
     ax.set(title=f"{task} (too small to tell)" if quiet else task, xlabel=COSTS[cost],
            ylabel="accuracy % (evaluation split)")
     ax.grid(True, alpha=0.25)
