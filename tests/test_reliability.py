@@ -468,11 +468,19 @@ def test_a_cgroup_memory_limit_binds_the_estimate(tmp_path, monkeypatch, limit, 
     assert "cgroup" not in memory.available()[1]
 
 
+def _ctrl_c_as_at_a_terminal() -> None:
+    """SIGINT's default action in the child, as at a terminal: a test suite started in the background (or by a CI
+    runner) may ignore SIGINT, and an ignored signal stays ignored across exec, so Python would never raise
+    KeyboardInterrupt."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 def _stopped(path, out: Path, results: Path, rows: int, stop) -> None:
     """Start a superglue run on 2 local workers, `stop` its driver (a signal) once results.csv holds more than `rows`
     rows; it must have been mid-run, and none of its workers may outlive it."""
     child = subprocess.Popen([sys.executable, "-c", "from ntkcli.cli import app; app()", "superglue", str(path),
-                              "--out", str(out), "--workers", "2"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+                              "--out", str(out), "--workers", "2"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                             preexec_fn=_ctrl_c_as_at_a_terminal)
     for _ in range(3000):
         if (results.exists() and len(results.read_text().splitlines()) > rows) or child.poll() is not None:
             break

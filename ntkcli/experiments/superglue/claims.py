@@ -26,7 +26,8 @@ import pandas as pd
 from ...claims import INCONCLUSIVE, NO_SIGNAL, NOT_COMPARABLE, NOT_RUN, REFUTED, REPRODUCED, Claim, Section
 from ...runs import Run
 from ..finetune.claims import TABLE2, TASKS as PAPER_TASKS
-from . import stats
+from .stats import (INCONCLUSIVE as SPANS, INFERIOR, NONINFERIOR, REFUTED as BELOW, REPRODUCED as ABOVE,
+                    SUPERIOR, Difference, Fold, difference, matches_or_beats)
 from .recipe import CONTROL
 
 COMMAND, TITLE = "superglue", "Table 2 at MiniLM scale (paper 1, §5, on real SuperGLUE)"
@@ -38,9 +39,9 @@ COMPARISONS = (("P-Tuning v2 rises with m (m=100 − m=1)", "ptuning-v2 m=100", 
 FLOOR = "fft"  # the kind whose win over the majority class shows that a task is big enough to tell
 HEAD = "head"  # the kind of the head-alone control
 HEADLINE = "headline"  # the evaluation of the averages and claims: each task's k folds where it has them, else val
-VERDICT = {stats.REPRODUCED: (REPRODUCED, ""), stats.REFUTED: (REFUTED, ""), stats.INCONCLUSIVE: (INCONCLUSIVE, ""),
-           stats.SUPERIOR: (REPRODUCED, "superior"), stats.NONINFERIOR: (REPRODUCED, "non-inferior"),
-           stats.INFERIOR: (REFUTED, "inferior")}  # a rule's outcome → the claim's verdict and its grade
+VERDICT = {ABOVE: (REPRODUCED, ""), BELOW: (REFUTED, ""), SPANS: (INCONCLUSIVE, ""),
+           SUPERIOR: (REPRODUCED, "superior"), NONINFERIOR: (REPRODUCED, "non-inferior"),
+           INFERIOR: (REFUTED, "inferior")}  # a rule's outcome → the claim's verdict and its grade
 EXTRA = (("cb", "f1_macro", "CB F1"), ("multirc", "f1a", "MultiRC F1a"), ("multirc", "em", "MultiRC EM"))
 EVALUATIONS = {"val": "official validation split", "cv": "k-fold cross-validation over train ∪ validation"}
 VIEW_WORDS = {"chosen": "step chosen on held-out train", "paper": "the paper's step"}
@@ -186,7 +187,7 @@ class Judge:
         return table.reindex([s for s in seeds if s in table.index]), mine.drop_duplicates("row").set_index("row").group
 
     def pair(self, kind: str, view: str, task: str, folds: list[str], a: str, b: str,
-             seeds_b: list[int] | None = None) -> list[stats.Fold] | None:
+             seeds_b: list[int] | None = None) -> list[Fold] | None:
         """Per fold (a's scores, b's scores, groups) on the rows both have, row i of a's seeds paired with row i of
         b's (b's own seeds for the A/A control, else the same seeds); None when either failed everywhere."""
         seeds = self.design.view_seeds(view, kind)
@@ -209,8 +210,8 @@ class Judge:
                 out.append((A, B, sa[1].loc[units].to_numpy()))
         return out or None
 
-    def difference(self, tasks: list[list[stats.Fold]]) -> stats.Difference:
-        return stats.difference(tasks, self.design.replicates, self.design.seed)
+    def difference(self, tasks: list[list[Fold]]) -> Difference:
+        return difference(tasks, self.design.replicates, self.design.seed)
 
 
 def floor(judge: Judge, folds: dict[tuple[str, str], list[str]], methods: pd.DataFrame) -> pd.DataFrame:
@@ -278,11 +279,11 @@ def _status(floors: pd.DataFrame, evaluation: str, view: str, task: str, a: str,
     return f"{NOT_COMPARABLE}: {' and '.join(lost)}" if lost else None
 
 
-def _verdict(d: stats.Difference, rule: str, margin: float) -> str:
-    return stats.matches_or_beats(d, margin / 100) if rule == BEATS else d.verdict
+def _verdict(d: Difference, rule: str, margin: float) -> str:
+    return matches_or_beats(d, margin / 100) if rule == BEATS else d.verdict
 
 
-def _row(evaluation: str, view: str, what: str, task: str, d: stats.Difference | None, status: str | None,
+def _row(evaluation: str, view: str, what: str, task: str, d: Difference | None, status: str | None,
          rule: str, margin: float, basis: str) -> dict:
     return {"evaluation": evaluation, "view": view, "comparison": what, "task": task,
             "difference": np.nan if d is None else 100 * d.mean, "low": np.nan if d is None else 100 * d.low,
@@ -290,9 +291,9 @@ def _row(evaluation: str, view: str, what: str, task: str, d: stats.Difference |
             "verdict": status if d is None else _verdict(d, rule, margin), "basis": basis}
 
 
-def basis(pairs: dict[str, list[stats.Fold]]) -> str:
+def basis(pairs: dict[str, list[Fold]]) -> str:
     """The tasks, folds and seeds a difference rests on, in words."""
-    def one(task: str, folds: list[stats.Fold]) -> str:
+    def one(task: str, folds: list[Fold]) -> str:
         seeds = sorted({len(a) for a, _, _ in folds})
         return f"{task.upper()}: {len(folds)} fold(s) × {'/'.join(map(str, seeds))} seed(s)"
     return ("; ".join(one(t, f) for t, f in pairs.items()) + ("" if len(pairs) > 1 else " only")) if pairs else ""
@@ -347,7 +348,7 @@ def aa_control(judge: Judge, folds: dict[tuple[str, str], list[str]], floors: pd
             d = judge.difference([pair])
             out.append({"evaluation": evaluation, "task": task, "method": method, "difference": 100 * d.mean,
                         "low": 100 * d.low, "high": 100 * d.high, "verdict": d.verdict,
-                        "false_positive": d.verdict != stats.INCONCLUSIVE, "basis": basis({task: pair})})
+                        "false_positive": d.verdict != SPANS, "basis": basis({task: pair})})
     return pd.DataFrame(out, columns=["evaluation", "task", "method", "difference", "low", "high", "verdict",
                                       "false_positive", "basis"])
 
