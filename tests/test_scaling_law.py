@@ -331,8 +331,14 @@ def test_a_misspecified_teacher_is_outside_the_regime_by_name():
 
 def test_a_student_that_diverges_is_retrained_at_the_fallback_steps():
     """At lr = 1e6 every student diverges; the fallbacks are tried in turn and the first finite one kept, every
-    step tried recorded per student."""
+    step tried recorded per student; the progress bar's units add up to its total whether fallbacks ran or not."""
     cfg, teacher, pools, test = _setup(dtype="float32", lr=1e6, lr_fallbacks=[1e5, 0.05], steps=20, checkpoints=4)
+    for lr in (1e6, 0.05):
+        units = []
+        df = sl.train_with_fallbacks(cfg.model_copy(update={"lr": lr}), 8, 1, [(4, 1.0, 0), (8, 1.0, 1)], teacher,
+                                     pools, test, lambda k=1: units.append(k))
+        assert sum(units) == sl.passes(cfg) == 60
+    assert np.isfinite(df.excess_risk).all() and set(df.lrs_tried) == {"0.05"}
     df = sl.train_with_fallbacks(cfg, 8, 1, [(4, 1.0, 0), (8, 1.0, 1)], teacher, pools, test)
     assert np.isfinite(df.excess_risk).all() and set(df.lrs_tried) == {"1e+06 100000 0.05"}
     assert np.allclose(df.lr, 0.05)

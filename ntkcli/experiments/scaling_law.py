@@ -396,7 +396,7 @@ def measure(cfg: ScalingLawRecipe, folder: Run) -> Results:
         shared = (cfg, Teacher(cfg, dtype), *data_pools(cfg, list(range(cfg.seeds)), dtype), groups)
         for (width, depth), outcome in folder.measure(
                 f"train {sum(len(groups[g]) for g in mine)} students in {len(mine)} groups", _group, mine, shared,
-                lambda group: cfg.steps):
+                lambda group: passes(cfg)):
             if isinstance(outcome, Failed):
                 raise outcome.error or RuntimeError(f"the students of width {width}, depth {depth}: {outcome.reason}")
             results.add(outcome)
@@ -414,19 +414,26 @@ def _group(shared: tuple, group: tuple[int, int], advance) -> pd.DataFrame:
     return train_with_fallbacks(cfg, *group, groups[group], teacher, pools, test, advance)
 
 
-def train_with_fallbacks(cfg: ScalingLawRecipe, width: int, depth: int, students, *args) -> pd.DataFrame:
+def passes(cfg: ScalingLawRecipe) -> int:
+    """The progress steps of one group: its SGD steps at lr and at every fallback step."""
+    return cfg.steps * (1 + len(cfg.lr_fallbacks))
+
+
+def train_with_fallbacks(cfg: ScalingLawRecipe, width: int, depth: int, students, teacher: Teacher, pools, test,
+                         advance=lambda k=1: None) -> pd.DataFrame:
     """train_group at lr, then the students that diverged again at each of lr_fallbacks in turn: each student's
     rows come from the first step at which it stayed finite (or the last tried), with every step tried in
-    `lrs_tried`."""
+    `lrs_tried`. Advances `steps × (1 + fallbacks)` in all (`passes`), the fallbacks not needed at once."""
     done, tried, steps = [], {s: [] for s in students}, [cfg.lr, *cfg.lr_fallbacks]
-    for base in steps:
-        df = train_group(cfg, width, depth, students, *args, base=base)
+    for i, base in enumerate(steps):
+        df = train_group(cfg, width, depth, students, teacher, pools, test, advance, base=base)
         for s in students:
             tried[s].append(f"{base:g}")
         lost = {(n, eps, seed) for n, _, _, eps, seed in diverged(df)[KEYS].itertuples(index=False, name=None)}
         done.append(rows_where(df, lambda n, w, d, eps, seed: base == steps[-1] or (n, eps, seed) not in lost))
         students = [s for s in students if s in lost]
         if not students:
+            advance(cfg.steps * (len(steps) - 1 - i))
             break
     out = pd.concat(done, ignore_index=True)
     return out.assign(lrs_tried=[" ".join(tried[(n, eps, seed)])
