@@ -458,7 +458,7 @@ def test_a_label_outside_the_tasks_labels_is_one_line(tmp_path):
 
 
 def test_the_shipped_superglue_recipes_pass_dry_run(tmp_path):
-    for name in ("superglue_minilm", "superglue_slice", "ntk_variants"):
+    for name in ("superglue_minilm", "superglue_slice", "superglue_boolq", "ntk_variants"):
         r = invoke("superglue", RECIPES / f"{name}.yaml", "--dry-run", "--out", tmp_path)
         assert r.exit_code == 0, r.output
         assert "selection runs" in r.stdout

@@ -21,6 +21,7 @@ from pathlib import Path
 
 import numpy as np
 import pandas as pd
+import torch
 
 from ...errors import UserError
 from ...executors import Failed
@@ -302,10 +303,11 @@ def plan(cfg: SuperGlueRecipe) -> list[tuple[str, str]]:
     """What a run trains, before any selection run: the grids, then the final seeds (at most two points per
     (task, fold, method)); a grid that grows adds selection runs."""
     folds = {t: 1 + cfg.data.folds.get(t, 0) for t in cfg.data.tasks}
-    paper = [("paper-" if cfg.paper.own else "", paper_point(cfg, m)) for m in cfg.methods] if cfg.paper.run else []
-    grid = len({*(("", m.label, variant_name(v), lr) for m in cfg.methods for v in m.variants for lr in cfg.lrs(m)),
-                *((s, m.label, *p) for m, (s, p) in zip(cfg.methods, paper))})
     design = Design.of(cfg.model_dump())
+    paper = [(design.stage("paper", "select", m.label), m.label, *paper_point(cfg, m)) for m in cfg.methods] \
+        if cfg.paper.run else []
+    grid = len({*(("select", m.label, variant_name(v), lr) for m in cfg.methods for v in m.variants
+                  for lr in cfg.lrs(m)), *paper})
     seeds = sum(len(design.view_seeds(v, "final")) for v in views(cfg)) * len(cfg.methods) + \
         len(cfg.selection.aa_seeds) * len(cfg.aa_labels())
     epochs, batch = cfg.budget("paper-final", cfg.data.tasks[0])
@@ -354,9 +356,8 @@ def _trained(cfg: SuperGlueRecipe, prep: Prepared, point: tuple, train: Split, s
     except MethodFailed as err:
         return None, {"kind": method.kind, "failed": str(err)}
     last = trained.rows.iloc[-1]
-    logits = np.asarray(trained.evaluation.logits, dtype=np.float64)
-    top = logits.max(-1, keepdims=True)
-    return logits - top - np.log(np.exp(logits - top).sum(-1, keepdims=True)), {  # log-softmax
+    logp = torch.log_softmax(torch.as_tensor(np.asarray(trained.evaluation.logits), dtype=torch.float64), -1)
+    return logp.numpy(), {
         "kind": method.kind, "train_loss": last.train_loss, "train_seconds": last.train_seconds,
         "examples_per_s": len(train.labels) * epochs / last.train_seconds, "peak_mem_mb": last.peak_mem_mb,
         "trainable_params": last.trainable_params, "total_params": last.total_params,
