@@ -324,6 +324,9 @@ def test_a_comparison_with_a_method_that_did_not_learn_is_not_comparable():
     made = claims._claims(got["differences"], "run", design(300))
     assert [c.verdict for c in made if "LoRA" in c.claim] == [NOT_COMPARABLE] * 2  # one claim per view
     assert got["signal"] == {"cb"}
+    without_lora = claims._claims(got["differences"], "run", design(300), set(methods) - {"lora r=8"})
+    assert len(without_lora) == len(made) - 2 and not any("LoRA" in c.claim for c in without_lora)
+    assert claims._claims(got["differences"], "run", design(300), {"head", "fft", "majority"}) == []  # floor alone
 
 
 def test_the_floor_and_comparability_read_no_evaluation_row():

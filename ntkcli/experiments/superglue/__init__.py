@@ -42,7 +42,7 @@ HELP = ("Table 2 (paper 1, §5) on real SuperGLUE with a real pretrained model: 
         "to outputs/superglue/<recipe>/; re-running skips finished runs.")
 NEEDS_RECIPE, FLAGS, DEVICES = True, {}, ("cpu", "cuda")
 POINTS = True  # a training run per (stage, task, fold, method, step, seed)
-SCALE = ("seeds", "train")
+SCALE = ("seeds",)  # epochs differ by task and view: each table names its own
 KEYS = ["stage", "task", "fold", "method", "variant", "lr", "seed"]
 METRICS = ["accuracy", "f1_macro", "f1a", "em"]
 RESUMABLE = ("methods", "seeds", "data.tasks", "data.folds", "paper.run", "selection.aa_seeds", "selection.aa_methods")

@@ -386,17 +386,19 @@ def _blank(view: str, what: str, a: str, b: str, margin: float, design: Design |
     claim = Claim(f"Table 2: {what}, average over Table 2 tasks (MiniLM-L6, {VIEW_WORDS[view]})",
                   paper_gap(a, b) + (f"; margin δ = {margin:g}" if BEATS in what else ""))
     if view == "paper" and design is not None and not design.paper_run:
-        claim.measured = f"not run: the recipe's `paper.run` is false (the paper's budget, {design.paper_budget}, " \
-                         "does not fit this scale)"
+        claim.measured = "not run: the recipe's `paper.run` is false"
     return claim
 
 
-def _claims(diffs: pd.DataFrame, source: str, design: Design) -> list[Claim]:
+def _claims(diffs: pd.DataFrame, source: str, design: Design, trained: set[str] | None = None) -> list[Claim]:
     """One verdict per claim and view: the headline average, named by the tasks, folds and seeds it rests on and
-    set against the paper's own gap on those tasks."""
+    set against the paper's own gap on those tasks; none for a comparison whose two methods the run does
+    not both train (a run of the floor alone)."""
     claims = []
     for view in VIEW_WORDS:
         for what, a, b, _ in COMPARISONS:
+            if trained is not None and not {a, b} <= trained:
+                continue
             claim = _blank(view, what, a, b, design.margin, design)
             claim.source = source
             got = diffs[(diffs.evaluation == HEADLINE) & (diffs.view == view) & (diffs.comparison == what) &
@@ -470,13 +472,16 @@ def _section(section: Section, run: Run, summary: pd.DataFrame, predictions: pd.
              points: pd.DataFrame) -> None:
     design = Design.of(run.config() or {})
     assessed = assess(points, predictions, summary, design)
-    section.claims += _claims(assessed["differences"], run.source, design)
+    section.claims += _claims(assessed["differences"], run.source, design, set(points.method))
     section.tables += sections(summary, assessed, run.source)
     quiet = sorted(set(summary.task) - assessed["signal"])
     if quiet:
-        section.notes.append(f"`{run.source}`: too small to tell on {', '.join(quiet)} (full fine-tuning does not "
-                             "beat the majority class on the selection split with a 95% interval above 0): shown, "
-                             "left out of the verdicts and averages")
+        floors = assessed["floor"]
+        said = "; ".join(f"{t}: " + too_small(floors, "cv" if (floors[floors.task == t].evaluation == "cv").any()
+                                               else "val", "chosen", t) for t in quiet)
+        section.notes.append(f"`{run.source}`: full fine-tuning does not beat the majority class on the selection "
+                             f"split with a 95% interval above 0 ({said}): shown, left out of the verdicts and "
+                             "averages")
     edges = summary[(summary.view == "chosen") & (summary.edge > 0)]
     if len(edges):
         section.notes.append(f"`{run.source}`: a chosen step sits at its grid's edge even after growing the grid: " +
