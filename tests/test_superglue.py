@@ -12,7 +12,7 @@ import pytest
 import yaml
 
 from conftest import RECIPES, assert_one_line_error, invoke, no_results, write_rte
-from ntkcli.claims import NOT_COMPARABLE
+from ntkcli.claims import INCONCLUSIVE, NOT_COMPARABLE, REFUTED, REPRODUCED
 from ntkcli.experiments.superglue import (KEYS, OFFICIAL, _grown, _task, best, claims, prepare, selection_points,
                                           stats, tasks)
 from ntkcli.experiments.superglue.recipe import SuperGlueRecipe
@@ -373,8 +373,13 @@ def test_matches_or_beats_gives_each_grade_on_planted_predictions(ntk, rows, ver
     row = got[(got.comparison == what) & (got.task == "cb") & (got.view == "chosen")].iloc[0]
     assert row.verdict == verdict, row.to_dict()
     assert (row.low > 0) == (verdict == stats.SUPERIOR) and (row.high < -2) == (verdict == stats.INFERIOR)
-    claim = next(c for c in claims._claims(got, "run", design(500)) if what in c.claim and "held-out" in c.claim)
+    three = claims.Design.of({"seeds": [0, 1, 2], "selection": {"bootstrap": 500, "margin": 2.0}})
+    claim = next(c for c in claims._claims(got, "run", three) if what in c.claim and "held-out" in c.claim)
     assert claim.verdict.endswith("CB: 1 fold(s) × 1 seed(s) only)") and "on CB (ChatGLM3-6B)" in claim.paper
+    word = {stats.SUPERIOR: REPRODUCED, stats.NONINFERIOR: REPRODUCED, stats.INFERIOR: REFUTED}.get(verdict)
+    assert claim.verdict.startswith(word or INCONCLUSIVE)
+    one = next(c for c in claims._claims(got, "run", design(500)) if what in c.claim and "held-out" in c.claim)
+    assert one.verdict.startswith(INCONCLUSIVE) and "1 seed(s) per fold is fewer than the 3" in one.verdict
 
 
 def test_the_paper_view_trains_with_its_own_budget_and_the_aa_control_with_its_own_seeds(tmp_path):

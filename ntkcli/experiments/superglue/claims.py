@@ -45,6 +45,7 @@ VERDICT = {ABOVE: (REPRODUCED, ""), BELOW: (REFUTED, ""), SPANS: (INCONCLUSIVE, 
 EXTRA = (("cb", "f1_macro", "CB F1"), ("multirc", "f1a", "MultiRC F1a"), ("multirc", "em", "MultiRC EM"))
 EVALUATIONS = {"val": "official validation split", "cv": "k-fold cross-validation over train ∪ validation"}
 VIEW_WORDS = {"chosen": "step chosen on held-out train", "paper": "the paper's step"}
+MIN_SEEDS = 3  # training seeds per fold a chosen-step verdict needs (fewer: its grade is shown, not concluded)
 
 
 @dataclass
@@ -413,6 +414,9 @@ def _claims(diffs: pd.DataFrame, source: str, design: Design, trained: set[str] 
                     "" if view == "chosen" else f", trained {design.paper_budget}" if design.paper_own else
                     ", trained at the chosen view's budget (not the paper's 30 epochs at batch 32)")
                 word, grade = VERDICT[g.verdict]
+                if view == "chosen" and len(design.seeds) < MIN_SEEDS:  # one lucky run must not decide it
+                    word, grade = INCONCLUSIVE, f"would read {grade or g.verdict}, but {len(design.seeds)} " \
+                                                f"seed(s) per fold is fewer than the {MIN_SEEDS} a verdict needs"
                 claim.verdict = f"{word} ({'; '.join(filter(None, (grade, g.basis)))})"
             else:
                 why = diffs[(diffs.view == view) & (diffs.comparison == what) & (diffs.task != "average")]
