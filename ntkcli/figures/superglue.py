@@ -52,7 +52,8 @@ def _panel(ax, rows: pd.DataFrame, cost: str, colors: dict, quiet: bool) -> None
     ax.plot(best[cost], 100 * best.accuracy_mean, "k--", lw=1, drawstyle="steps-post", label="Pareto front")
     ax.scatter(best[cost], 100 * best.accuracy_mean, s=160, facecolors="none", edgecolors="k")
     ax.set_xscale("log")
-    ax.xaxis.set_major_locator(LogLocator(subs=(1, 2, 5)))  # labels at 1-2-5, none at the minor ticks
+    low, high = ax.get_xlim()  # labels at 1-2-5 over a narrow range, at decades over a wide one (no overlap)
+    ax.xaxis.set_major_locator(LogLocator(subs=(1, 2, 5) if high / low < 100 else (1,)))
     ax.xaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:g}"))
     ax.xaxis.set_minor_formatter(NullFormatter())
     ax.set(title=f"{task} (too small to tell)" if quiet else task, xlabel=COSTS[cost],

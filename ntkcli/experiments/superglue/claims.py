@@ -414,7 +414,7 @@ def _claims(diffs: pd.DataFrame, source: str, design: Design, trained: set[str] 
                     "" if view == "chosen" else f", trained {design.paper_budget}" if design.paper_own else
                     ", trained at the chosen view's budget (not the paper's 30 epochs at batch 32)")
                 word, grade = VERDICT[g.verdict]
-                if view == "chosen" and len(design.seeds) < MIN_SEEDS:  # one lucky run must not decide it
+                if view == "chosen" and len(design.seeds) < MIN_SEEDS and word != INCONCLUSIVE:  # one lucky run
                     word, grade = INCONCLUSIVE, f"would read {grade or g.verdict}, but {len(design.seeds)} " \
                                                 f"seed(s) per fold is fewer than the {MIN_SEEDS} a verdict needs"
                 claim.verdict = f"{word} ({'; '.join(filter(None, (grade, g.basis)))})"
