@@ -13,6 +13,7 @@ from transformers import (AttentionInterface, AutoConfig, AutoModelForImageClass
 from transformers.masking_utils import AttentionMaskInterface, sdpa_mask
 
 from ntkcli.adapters import inject, load_adapter, ntk, save_adapter
+from ntkcli.experiments.finetune import adapter_bytes
 from ntkcli.adapters.common import freeze_backbone, register
 
 SIZES = dict(hidden_size=32, num_hidden_layers=2, num_attention_heads=4, intermediate_size=64, num_labels=3)
@@ -145,7 +146,7 @@ def test_save_then_load_gives_the_same_logits(arch, method, tmp_path):
     _train_step(injected.model, arch)
     want = logits(injected.model, batch(arch))
     save_adapter(injected, tmp_path / "adapter")
-    assert (tmp_path / "adapter" / "adapter.safetensors").is_file()
+    assert (tmp_path / "adapter" / "adapter.safetensors").stat().st_size == adapter_bytes(injected.model)  # the cost
     loaded = load_adapter(tiny(arch), tmp_path / "adapter")  # same base weights (same seed), fresh head
     assert close(logits(loaded.model, batch(arch)), want, 1e-6)
     assert not close(logits(tiny(arch), batch(arch)), want, 1e-2)

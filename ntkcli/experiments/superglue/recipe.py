@@ -79,6 +79,8 @@ class PaperBudget(Section):
                                    "train.batch_size)")
     seeds: int | None = Field(None, ge=1, le=1000, description="the paper-view runs use the first this-many seeds "
                               "(null: all)")
+    folds: bool = Field(True, description="false: the view runs on the official split only, not on data.folds' k "
+                        "folds (each fold adds the view's runs at the paper's budget)")
 
     @property
     def own(self) -> bool:
