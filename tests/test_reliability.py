@@ -262,16 +262,17 @@ def test_convergence_resume_after_growing_equals_a_fresh_run(tmp_path, field, st
 
 def test_finetune_is_repeatable_and_resume_after_growing_equals_a_fresh_run(tmp_path):
     """The same recipe and seeds give the same CSV (timing and memory columns aside), and growing seeds
-    and methods adds rows without changing the old ones."""
+    and methods adds rows without changing the old ones: every row of the grown run was trained in another process
+    call than the fresh run's same row, so their equality shows both."""
     quick = QUICK_DIGITS[:-4]  # without its seeds and methods
     small = ["--set", "seeds=[0]", "--set", "methods=[{method: ntk}]"]
     big = ["--set", "seeds=[0, 1]", "--set", "methods=[{method: ntk}, {method: lora, r: 2}]"]
-    for out, sets in (("grown", small), ("grown", big), ("fresh", big), ("again", big)):
+    for out, sets in (("grown", small), ("grown", big), ("fresh", big)):
         r = invoke("finetune", RECIPES / "digits_vit.yaml", *quick, *sets, "--out", tmp_path / out)
         assert r.exit_code == 0, r.output
     keys = ["method", "seed", "epoch"]
-    grown, fresh, again = (_results(tmp_path / k / "finetune" / "digits_vit", keys) for k in ("grown", "fresh", "again"))
-    pd.testing.assert_frame_equal(fresh, again)
+    grown, fresh = (_results(tmp_path / k / "finetune" / "digits_vit", keys) for k in ("grown", "fresh"))
+    assert len(fresh) == 2 * 2 * fresh.epoch.nunique()  # two methods × two seeds, every epoch
     pd.testing.assert_frame_equal(grown, fresh)
 
 
