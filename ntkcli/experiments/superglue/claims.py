@@ -178,6 +178,10 @@ class Judge:
         at = self.points[(self.points.task == task) & self.points.fold.isin(folds)]
         return [v for v in VIEW_WORDS if (at.view == v).any()]
 
+    def headline(self, folds: dict[tuple[str, str], list[str]], task: str, view: str) -> str:
+        """A task's headline evaluation in a view: "cv" where the view ran on its k folds, else "val"."""
+        return "cv" if ("cv", task) in folds and view in self.views(task, folds["cv", task]) else "val"
+
     def scores(self, kind: str, view: str, task: str, fold: str, method: str, seeds: list[int]):
         """[seeds × rows] right (1) / wrong (0) of one fold, with each row's group, the seeds in the given order;
         None when the method has no predictions there (its run failed)."""
@@ -324,8 +328,7 @@ def differences(judge: Judge, folds: dict[tuple[str, str], list[str]], floors: p
                 out.append(_row(evaluation, view, what, task, None if pair is None else judge.difference([pair]),
                                 status or (None if pair is not None else f"{NOT_COMPARABLE}: a run failed"), rule,
                                 margin, {task: pair} if pair else {}, {task: evaluation}))
-    best = {(t, v): "cv" if ("cv", t) in folds and v in judge.views(t, folds["cv", t]) else "val"
-            for t in tasks for v in VIEW_WORDS}
+    best = {(t, v): judge.headline(folds, t, v) for t in tasks for v in VIEW_WORDS}
     for evaluation, which in (("val", lambda t, v: "val"), (HEADLINE, lambda t, v: best[t, v])):
         for view in VIEW_WORDS:
             for what, _, _, rule in COMPARISONS:
@@ -383,7 +386,7 @@ def assess(points: pd.DataFrame, predictions: pd.DataFrame, summary: pd.DataFram
     for task, fold in fold_names[["task", "fold"]].itertuples(index=False):
         folds.setdefault(("val" if fold == "val" else "cv", task), []).append(fold)
     floors = floor(judge, folds, summary[summary.method != CONTROL])
-    best = {t: "cv" if ("cv", t) in folds else "val" for t in summary.task.unique()}
+    best = {t: judge.headline(folds, t, "chosen") for t in summary.task.unique()}
     signal = {t for t, evaluation in best.items() if t in signal_tasks(floors, evaluation, "chosen")}
     diffs = differences(judge, folds, floors)
     return {"floor": floors, "headline": best, "signal": signal, "differences": diffs,
